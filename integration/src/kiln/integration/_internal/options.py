@@ -1,0 +1,74 @@
+"""`KilnOptions`: the backend's one frozen, validated options record.
+
+Environment variables are read here and nowhere else in kiln:
+  KILN_DEBUG=<dir>      dump every stage's graph and the generated source under <dir>
+  KILN_CACHE_DIR=<dir>  where generated code and shared libraries are cached
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from kiln.codegen_cpp import CppOptions
+
+
+class OptionsError(ValueError):
+    """Unknown or invalid backend option."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KilnOptions:
+    """Options of the kiln backend (pass as `torch.compile(..., options={...})`).
+
+    debug_dir: write each stage's graph and generated code here (KILN_DEBUG).
+    cache_dir: generated code cache (KILN_CACHE_DIR); None: the codegen's default.
+    min_region_size: regions with fewer ATen ops than this stay as eager ATen calls.
+    fallback: when a graph or region cannot be compiled, run it eagerly (True) or raise (False).
+    verify: run every stage's `verify()` between stages (always on when debug_dir is set).
+    openmp / parallel_threshold: C++ codegen parallelism.
+    """
+
+    debug_dir: pathlib.Path | None = None
+    cache_dir: pathlib.Path | None = None
+    min_region_size: int = 1
+    fallback: bool = True
+    verify: bool = False
+    openmp: bool = True
+    parallel_threshold: int = 32768
+
+    def __post_init__(self) -> None:
+        for name in ("debug_dir", "cache_dir"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, pathlib.Path(value))
+        if self.min_region_size < 1:
+            raise OptionsError(f"min_region_size must be >= 1, got {self.min_region_size}")
+        if self.parallel_threshold < 0:
+            raise OptionsError(f"parallel_threshold must be >= 0, got {self.parallel_threshold}")
+
+    @classmethod
+    def create(cls, overrides: Mapping[str, Any] | KilnOptions | None = None,
+               environ: Mapping[str, str] | None = None) -> KilnOptions:
+        """Options from the environment, then `overrides` (unknown keys raise OptionsError)."""
+        if isinstance(overrides, KilnOptions):
+            return overrides
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        if environ.get("KILN_DEBUG"):
+            values["debug_dir"] = environ["KILN_DEBUG"]
+        if environ.get("KILN_CACHE_DIR"):
+            values["cache_dir"] = environ["KILN_CACHE_DIR"]
+        valid = [f.name for f in dataclasses.fields(cls)]
+        for key, value in dict(overrides or {}).items():
+            if key not in valid:
+                raise OptionsError(f"unknown kiln option {key!r}; valid options: {', '.join(valid)}")
+            values[key] = value
+        return cls(**values)
+
+    def cpp(self) -> CppOptions:
+        extra = {"cache_dir": self.cache_dir} if self.cache_dir is not None else {}
+        return CppOptions(openmp=self.openmp, parallel_threshold=self.parallel_threshold, **extra)

@@ -1,0 +1,171 @@
+"""The backend's pipeline for one Dynamo graph.
+
+capture record -> autograd_trace (inference) -> decomp (loop_level table) -> partition
+(loopir-supported regions) -> loopir lower -> codegen by device. Anything loopir cannot take
+stays an eager ATen call; a failing region runs eagerly as a whole; every such choice is
+recorded in the `GraphReport`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from kiln import autograd_trace, capture, codegen_cpp, decomp, loopir, partition
+
+from .debug import DebugDump
+from .options import KilnOptions
+from .report import FallbackNode, GraphReport
+
+log = logging.getLogger(__name__)
+
+LOOPIR_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
+
+
+class _Stages:
+    def __init__(self) -> None:
+        self.seconds: list[tuple[str, float]] = []
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        self.seconds.append((name, time.perf_counter() - start))
+        log.debug("stage %s: %.3fs", name, self.seconds[-1][1])
+
+
+def eager_reason(example_inputs: Sequence[Any]) -> str | None:
+    """Why this graph cannot go through kiln's compiled path today (None: it can)."""
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    devices = sorted({t.device.type for t in tensors} - {"cpu"})
+    if devices:
+        return f"inputs on {', '.join(devices)}: kiln generates CPU code only so far (codegen_triton pending)"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return ("training graph (grad enabled and inputs require grad): autograd_trace.trace_joint is "
+                "not wired in yet; run under torch.no_grad() for compiled inference")
+    return None
+
+
+def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
+                  index: int) -> tuple[torch.nn.Module, GraphReport]:
+    """Compile one Dynamo graph; returns the module to run and what happened."""
+    dump = DebugDump(options.debug_dir)
+    stages = _Stages()
+    check = options.verify or dump.enabled
+    with stages.stage("capture"):
+        captured = capture.CapturedGraph.from_backend(gm, example_inputs, index=index)
+        location = str(captured.source) if captured.source is not None else None
+        dump.write("dynamo", gm.print_readable(print_output=False), ".py")
+        if check:
+            capture.verify(gm)
+    reason = eager_reason(example_inputs)
+    if reason is not None:
+        log.info("kiln: graph %d runs eagerly: %s", index, reason)
+        report = GraphReport(index, False, reason, (), (), 0, 0, "", tuple(stages.seconds), location)
+        dump.write("report", str(report))
+        return gm, report
+    with stages.stage("autograd_trace"):
+        aten = autograd_trace.trace_inference(gm, example_inputs)
+        dump.write("aten", aten.print_readable(print_output=False), ".py")
+        if check:
+            autograd_trace.verify(aten)
+    with stages.stage("decomp"):
+        decomposed = decomp.decompose(aten, decomp.loop_level())
+        dump.write("decomposed", decomposed.print_readable(print_output=False), ".py")
+        if check:
+            decomp.verify(decomposed)
+    with stages.stage("partition"):
+        supported = partition.supports_ops(loopir.supported_ops()) & partition.supports_dtypes(LOOPIR_DTYPES)
+        parted = partition.partition(decomposed, supported, min_size=options.min_region_size)
+        dump.write("partitioned", parted.print_readable(print_output=False), ".py")
+        dump.write("partition_report", str(parted.meta.get("kiln_partition", "")))
+        if check:
+            partition.verify(parted)
+    compiled = _compile_regions(parted, options, dump, stages, check)
+    report = GraphReport(
+        index=index, compiled=True, reason=None,
+        lowered_nodes=compiled.lowered, fallback_nodes=compiled.fallbacks + _outside_nodes(parted),
+        kernels=compiled.kernels, externs=compiled.externs, source=compiled.source,
+        stage_seconds=tuple(stages.seconds), location=location)
+    dump.write("report", str(report))
+    log.info("kiln: %s", report)
+    return parted, report
+
+
+class _RegionResults:
+    def __init__(self) -> None:
+        self.lowered: tuple[str, ...] = ()
+        self.fallbacks: tuple[FallbackNode, ...] = ()
+        self.kernels = 0
+        self.externs = 0
+        self.source = ""
+
+
+def _regions(parted: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
+    called = [n.target for n in parted.graph.nodes if n.op == "call_module"]
+    return [(name, parted.get_submodule(name)) for name in called]
+
+
+def _compile_regions(parted: fx.GraphModule, options: KilnOptions, dump: DebugDump,
+                     stages: _Stages, check: bool) -> _RegionResults:
+    results = _RegionResults()
+    sources = []
+    for name, region in _regions(parted):
+        ops = tuple(str(n.target) for n in region.graph.nodes if n.op == "call_function")
+        try:
+            with stages.stage(f"loopir:{name}"):
+                kernel_graph = loopir.lower(region)
+                if check:
+                    loopir.verify(kernel_graph)
+                dump.write(f"{name}_kernel_graph", str(kernel_graph))
+            with stages.stage(f"codegen_cpp:{name}"):
+                module = codegen_cpp.compile(kernel_graph, options.cpp())
+                source = module.meta["kiln_cpp"].source
+                dump.write(f"{name}_kernels", source, ".cpp")
+        except (loopir.LoweringError, codegen_cpp.CppCompileError, NotImplementedError) as exc:
+            if not options.fallback:
+                raise
+            log.warning("kiln: region %s runs eagerly: %s", name, exc)
+            results.fallbacks += tuple(FallbackNode(n.name, str(n.target), f"region failed to compile: {exc}")
+                                       for n in region.graph.nodes if n.op == "call_function")
+            continue
+        setattr(parted, name, module)
+        results.lowered += ops
+        results.kernels += len(kernel_graph.kernels)
+        results.externs += len(kernel_graph.externs)
+        sources.append(f"// region {name}\n{source}")
+    results.source = "\n".join(sources)
+    return results
+
+
+def _outside_nodes(parted: fx.GraphModule) -> tuple[FallbackNode, ...]:
+    """Tensor-producing ATen nodes the partitioner left outside every region, with why.
+
+    Size arithmetic (sym_size, operator.*) also stays outside but computes no tensor data.
+    """
+    report = parted.meta.get("kiln_partition")
+    reasons = {u.name: u.reason for u in getattr(report, "unsupported", ())}
+    fallbacks = []
+    for node in parted.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if not _produces_tensor(node.meta.get("val")):
+            continue
+        reason = reasons.get(node.name, "not supported by loopir")
+        if reason == "not supported by predicate":
+            reason = f"loopir has no lowering for {node.target} (or its dtype)"
+        fallbacks.append(FallbackNode(node.name, str(node.target), reason))
+    return tuple(fallbacks)
+
+
+def _produces_tensor(val: Any) -> bool:
+    if isinstance(val, torch.Tensor):
+        return True
+    return isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val)

@@ -1,0 +1,84 @@
+"""What kiln did with each graph: kernels generated, nodes lowered, nodes left to eager and why."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FallbackNode:
+    """An ATen node that runs as an eager kernel instead of generated code."""
+
+    node: str
+    op: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.op} ({self.node}): {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GraphReport:
+    """One Dynamo graph through the pipeline."""
+
+    index: int
+    compiled: bool  # False: the whole graph ran eagerly (see `reason`)
+    reason: str | None
+    lowered_nodes: tuple[str, ...]  # op of every ATen node lowered into kernels or externs
+    fallback_nodes: tuple[FallbackNode, ...]
+    kernels: int
+    externs: int
+    source: str  # generated code of every kernel of this graph
+    stage_seconds: tuple[tuple[str, float], ...]
+    location: str | None = None  # the user source the graph came from
+
+    def __str__(self) -> str:
+        head = f"graph {self.index}" + (f" ({self.location})" if self.location else "")
+        if not self.compiled:
+            return f"{head}: ran eagerly: {self.reason}"
+        lines = [f"{head}: {self.kernels} kernels, {self.externs} extern calls, "
+                 f"{len(self.lowered_nodes)} ATen nodes lowered, {len(self.fallback_nodes)} fell back to eager"]
+        lines += [f"  fallback: {f}" for f in self.fallback_nodes]
+        timing = ", ".join(f"{stage} {seconds * 1000:.0f} ms" for stage, seconds in self.stage_seconds)
+        return "\n".join(lines + [f"  time: {timing}"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Report:
+    """`explain()`'s answer: one `GraphReport` per graph Dynamo handed to kiln."""
+
+    graphs: tuple[GraphReport, ...]
+
+    @property
+    def graph_count(self) -> int:
+        return len(self.graphs)
+
+    @property
+    def kernel_count(self) -> int:
+        return sum(g.kernels for g in self.graphs)
+
+    @property
+    def lowered_nodes(self) -> tuple[str, ...]:
+        return tuple(op for g in self.graphs for op in g.lowered_nodes)
+
+    @property
+    def fallback_nodes(self) -> tuple[FallbackNode, ...]:
+        return tuple(f for g in self.graphs for f in g.fallback_nodes)
+
+    @property
+    def fallback_ops(self) -> tuple[str, ...]:
+        return tuple(f.op for f in self.fallback_nodes)
+
+    @property
+    def eager_graphs(self) -> tuple[GraphReport, ...]:
+        return tuple(g for g in self.graphs if not g.compiled)
+
+    @property
+    def source(self) -> str:
+        return "\n".join(g.source for g in self.graphs if g.source)
+
+    def __str__(self) -> str:
+        lines = [f"kiln: {self.graph_count} graphs, {self.kernel_count} generated kernels, "
+                 f"{len(self.lowered_nodes)} ATen nodes lowered, {len(self.fallback_nodes)} eager fallbacks"]
+        lines += [str(g) for g in self.graphs]
+        return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""End-to-end tests of the kiln backend: Dynamo -> every kiln stage -> generated C++."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+import torch
+
+from kiln.integration import KilnOptions, OptionsError, backend, explain
+
+
+class Counting:
+    """The kiln backend, counting its calls (Dynamo silently runs eager after recompile limits)."""
+
+    def __init__(self, **options):
+        self.calls = 0
+        self.options = options
+
+    def __call__(self, gm, example_inputs):
+        self.calls += 1
+        return backend(gm, example_inputs, options=self.options)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def silu_tanh_sum(x):
+    return (x * torch.sigmoid(x) + torch.tanh(x)).sum(-1)
+
+
+def test_explain_reports_kernels_and_no_fallbacks():
+    x = torch.randn(8, 32)
+    report = explain(silu_tanh_sum, x)
+    assert report.graph_count == 1
+    assert report.kernel_count >= 1
+    assert report.fallback_nodes == ()
+    assert "aten.sigmoid.default" in report.lowered_nodes
+    assert 'extern "C" void kernel0' in report.source
+    assert "kernels" in str(report)
+
+
+def test_compiled_result_matches_eager():
+    x = torch.randn(8, 32)
+    counting = Counting()
+    out = torch.compile(silu_tanh_sum, backend=counting)(x)
+    assert counting.calls == 1
+    torch.testing.assert_close(out, silu_tanh_sum(x))
+
+
+@pytest.mark.parametrize("unsupported", ["cumsum", "sort"])
+def test_unsupported_op_falls_back_and_is_reported(unsupported):
+    def fn(x):
+        y = torch.relu(x) + 1
+        z = torch.cumsum(y, 0) if unsupported == "cumsum" else torch.sort(y, dim=-1).values
+        return z.exp() * 2
+
+    x = torch.randn(6, 5)
+    report = explain(fn, x)
+    assert report.kernel_count >= 2
+    assert any(unsupported in op for op in report.fallback_ops), report.fallback_ops
+    counting = Counting()
+    torch.testing.assert_close(torch.compile(fn, backend=counting)(x), fn(x))
+    assert counting.calls == 1
+
+
+def test_backend_is_registered_by_entry_point():
+    names = {ep.name for ep in importlib.metadata.entry_points(group="torch_dynamo_backends")}
+    assert "kiln" in names
+    assert "kiln" in torch._dynamo.list_backends(exclude_tags=())
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(torch.compile(silu_tanh_sum, backend="kiln")(x), silu_tanh_sum(x))
+
+
+def test_module_with_linear_layers_under_no_grad():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8),
+                                torch.nn.Softmax(dim=-1)).eval()
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        report = explain(model, x)
+        assert report.eager_graphs == ()
+        assert report.fallback_nodes == ()
+        assert "aten.addmm.default" in report.lowered_nodes
+        counting = Counting()
+        torch.testing.assert_close(torch.compile(model, backend=counting)(x), model(x))
+    assert counting.calls == 1
+
+
+def test_dynamic_shapes_compile_once_and_run_many_sizes():
+    counting = Counting()
+    compiled = torch.compile(silu_tanh_sum, backend=counting, dynamic=True)
+    for rows in (3, 7, 12):
+        x = torch.randn(rows, 10)
+        torch.testing.assert_close(compiled(x), silu_tanh_sum(x))
+    assert counting.calls == 1
+
+
+def test_training_graph_runs_eagerly_with_a_reason_and_correct_gradients():
+    x = torch.randn(4, 6, requires_grad=True)
+    report = explain(silu_tanh_sum, x)
+    assert report.eager_graphs and "training" in report.eager_graphs[0].reason
+    compiled = torch.compile(silu_tanh_sum, backend=Counting())
+    compiled(x).sum().backward()
+    expected = torch.autograd.grad(silu_tanh_sum(x).sum(), x)[0]
+    torch.testing.assert_close(x.grad, expected)
+
+
+def test_input_mutation_is_applied_to_the_caller_tensor():
+    def fn(x):
+        x.add_(1)
+        return x * 2
+
+    x = torch.randn(3, 3)
+    expected_x = x + 1
+    counting = Counting()
+    with torch.no_grad():
+        out = torch.compile(fn, backend=counting)(x)
+    assert counting.calls == 1
+    torch.testing.assert_close(x, expected_x)
+    torch.testing.assert_close(out, expected_x * 2)
+
+
+def test_graph_break_gives_two_compiled_graphs():
+    def fn(x):
+        y = torch.tanh(x) * 2
+        print("graph break")
+        return y.sum(-1)
+
+    x = torch.randn(3, 4)
+    report = explain(fn, x)
+    assert report.graph_count == 2
+    assert report.eager_graphs == ()
+    torch.testing.assert_close(torch.compile(fn, backend=Counting())(x), fn(x))
+
+
+def test_debug_dir_gets_every_stage(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_DEBUG", str(tmp_path))
+    explain(silu_tanh_sum, torch.randn(4, 4))
+    (graph_dir,) = list(tmp_path.iterdir())
+    names = sorted(p.name for p in graph_dir.iterdir())
+    for stage in ("dynamo.py", "aten.py", "decomposed.py", "partitioned.py", "kernel_graph.txt",
+                  "kernels.cpp", "report.txt"):
+        assert any(n.endswith(stage) for n in names), (stage, names)
+    cpp = next(p for p in graph_dir.iterdir() if p.name.endswith(".cpp")).read_text()
+    assert "#pragma omp" in cpp
+
+
+def test_unknown_option_lists_valid_keys():
+    with pytest.raises(OptionsError, match="valid options: .*min_region_size"):
+        KilnOptions.create({"no_such_option": 1}, environ={})
+
+
+def test_options_from_environment_and_overrides(tmp_path):
+    options = KilnOptions.create({"min_region_size": 2}, environ={"KILN_DEBUG": str(tmp_path)})
+    assert options.debug_dir == tmp_path and options.min_region_size == 2
+
+
+def test_options_passed_through_torch_compile():
+    x = torch.randn(4, 4)
+    out = torch.compile(silu_tanh_sum, backend="kiln", options={"openmp": False})(x)
+    torch.testing.assert_close(out, silu_tanh_sum(x))
+    with pytest.raises(Exception, match="unknown kiln option"):
+        torch._dynamo.reset()
+        torch.compile(silu_tanh_sum, backend="kiln", options={"bogus": True})(x)

@@ -1,0 +1,93 @@
+"""kiln's task runner. `nox -s demo` runs the demo, `nox -s tests` runs every test.
+
+Every install goes through constraints.txt, the single place torch is pinned.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tomllib
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
+PACKAGES = ["capture", "decomp", "autograd_trace", "partition", "loopir", "codegen_cpp", "codegen_triton"]
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "tests"]
+
+
+def _project_dir(name: str) -> pathlib.Path:
+    return ROOT / "integration" if name == "integration" else ROOT / "packages" / name
+
+
+def _kiln_dependencies(name: str) -> list[str]:
+    """Local kiln packages that `name` declares, in install order (dependencies first)."""
+    meta = tomllib.loads((_project_dir(name) / "pyproject.toml").read_text())["project"]
+    local = []
+    for requirement in meta.get("dependencies", []):
+        if requirement.startswith("kiln-"):
+            dep = requirement.removeprefix("kiln-").replace("-", "_")
+            local += [d for d in _kiln_dependencies(dep) + [dep] if d not in local]
+    return local
+
+
+def _install(session: nox.Session, *args: str) -> None:
+    session.install(*CONSTRAINTS, *args)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every package installed (editable) into one venv; all tests."""
+    _install(session, "torch")
+    editable = []
+    for name in PACKAGES:
+        editable += ["-e", f"{_project_dir(name)}[test]"]
+    _install(session, *editable, "-e", f"{ROOT / 'integration'}[test]", "expecttest")
+    session.run("pytest", *session.posargs, env={"TRITON_INTERPRET": "1"})
+
+
+@nox.session
+@nox.parametrize("name", PACKAGES + ["integration"])
+def package(session: nox.Session, name: str) -> None:
+    """One package alone: only it and its declared dependencies, then its own tests."""
+    _install(session, "torch")
+    for dep in _kiln_dependencies(name):
+        _install(session, str(_project_dir(dep)))
+    _install(session, f"{_project_dir(name)}[test]")
+    # Run from a scratch directory so nothing in the checkout shadows the installed package.
+    tests_dir = _project_dir(name) / "tests"
+    session.chdir(session.create_tmp())
+    session.run("pytest", "-p", "no:cacheprovider", "--rootdir", ".", "--import-mode=importlib",
+                "-q", str(tests_dir), *session.posargs, env={"TRITON_INTERPRET": "1"})
+
+
+def _install_all(session: nox.Session) -> None:
+    _install(session, "torch")
+    args = []
+    for name in PACKAGES + ["integration"]:
+        args.append(str(_project_dir(name)))
+    _install(session, *args)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Compile a small model with backend="kiln" on CPU and print a comparison table."""
+    _install_all(session)
+    session.run("python", str(ROOT / "tools" / "demo.py"), *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """eager vs Inductor vs kiln: median run times and compile times, as a table."""
+    _install_all(session)
+    session.run("python", str(ROOT / "tools" / "bench.py"), *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff, and a check that no package imports a kiln package it does not declare."""
+    session.install("ruff")
+    session.run("ruff", "check", str(ROOT))
+    session.run("python", str(ROOT / "tools" / "check_imports.py"))

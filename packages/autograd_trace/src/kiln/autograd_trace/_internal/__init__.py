@@ -1,0 +1,1 @@
+"""Implementation modules of kiln.autograd_trace; import the public names from the package."""

@@ -1,0 +1,130 @@
+"""``trace_inference``: Torch-IR GraphModule -> functional ATen GraphModule, same calling convention."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+import torch.fx
+import torch.fx.traceback as fx_traceback
+from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functionalize
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from .errors import TraceError
+from .fake_inputs import fake_mode_for, fakeify_inputs
+from .interpreter import TracingInterpreter
+from .lifting import LiftedTensor, add_constant_vals, collect_lifted_tensors, restore_lifted_tensors
+from .meta import VAL
+from .opclass import remove_unused_pure_nodes
+from .rewrites import DeclareHiddenMutations
+
+log = logging.getLogger(__name__)
+
+Decompositions = Mapping[torch._ops.OpOverload, Callable[..., object]]
+
+
+def trace_inference(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[object],
+    decompositions: Decompositions | None = None,
+) -> torch.fx.GraphModule:
+    """Trace ``gm`` (Torch IR, e.g. from Dynamo) to a functional ATen graph for inference.
+
+    ``example_inputs`` holds one value per placeholder: real tensors, FakeTensors, SymInts or
+    ints; no tensor data is read. Inside a Dynamo backend Dynamo's fake mode (and so its
+    symbolic sizes) is used; standalone, shapes are static. ``decompositions`` maps OpOverloads
+    to Python decompositions applied while tracing.
+
+    Returns a GraphModule with the same placeholders (in order) and output structure as ``gm``;
+    its nodes call OpOverloads (plus getitem and SymInt arithmetic) and carry ``meta["val"]``.
+    Mutated inputs and buffers are written back with trailing ``aten.copy_`` nodes. Parameters,
+    buffers and constants stay get_attr nodes sharing ``gm``'s tensors. Runs under no_grad.
+    Raises ``TraceError`` naming the failing node and its user source line.
+    """
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise TraceError(
+            f"kiln.autograd_trace: the graph has {len(placeholders)} inputs "
+            f"({', '.join(p.name for p in placeholders)}) but {len(example_inputs)} example "
+            "inputs were given; pass one example value per placeholder"
+        )
+    fake_mode, found = fake_mode_for(example_inputs)
+    fake_inputs = fakeify_inputs(example_inputs, placeholders, fake_mode, static_shapes=not found)
+    lifted = collect_lifted_tensors(gm, fake_mode)
+    traced = _trace_functional(gm, fake_inputs, lifted, fake_mode, decompositions)
+    removed = remove_unused_pure_nodes(traced.graph)
+    result = restore_lifted_tensors(traced, lifted, num_user_inputs=len(fake_inputs))
+    add_constant_vals(result, fake_mode)
+    _rename_placeholders(result.graph, placeholders, fake_inputs)
+    result.graph.lint()
+    result.recompile()
+    log.debug(
+        "traced %d nodes (%d unused removed):\n%s", len(result.graph.nodes), removed, result.code
+    )
+    return result
+
+
+def _trace_functional(
+    gm: torch.fx.GraphModule,
+    fake_inputs: list[object],
+    lifted: list[LiftedTensor],
+    fake_mode: FakeTensorMode,
+    decompositions: Decompositions | None,
+) -> torch.fx.GraphModule:
+    num_user_inputs = len(fake_inputs)
+
+    def run_graph(*flat_inputs: object) -> object:
+        tensors = {
+            name: value
+            for entry, value in zip(lifted, flat_inputs[num_user_inputs:])
+            for name in entry.names
+        }
+        with DeclareHiddenMutations():
+            return TracingInterpreter(gm, tensors).run(*flat_inputs[:num_user_inputs])
+
+    tracer = make_fx(
+        functionalize(run_graph, remove="mutations"),
+        decomposition_table=dict(decompositions or {}),
+        tracing_mode="real",
+    )
+    # preserve_node_meta: the Interpreter publishes each source node's meta, and make_fx copies
+    # its stack_trace / nn_module_stack onto the ATen nodes. (make_fx's record_module_stack
+    # is not used: it only applies to modules with an `_orig_mod`, as torch.export makes.)
+    # The Python dispatcher turns on torch's Python kernels for tracing, e.g. the one that
+    # rewrites aten.native_batch_norm (whose schema hides its running-stat updates) into
+    # _native_batch_norm_legit, which functionalization can make functional.
+    try:
+        with (
+            fx_traceback.preserve_node_meta(),
+            enable_python_dispatcher(),
+            fake_mode,
+            torch.no_grad(),
+        ):
+            return tracer(*fake_inputs, *(entry.fake for entry in lifted))
+    except TraceError:
+        raise
+    except Exception as error:
+        raise TraceError(
+            "kiln.autograd_trace: tracing failed outside any graph node (while functionalizing "
+            f"inputs or outputs): {type(error).__name__}: {error}"
+        ) from error
+
+
+def _rename_placeholders(
+    graph: torch.fx.Graph, originals: list[torch.fx.Node], fake_inputs: list[object]
+) -> None:
+    """Give the traced placeholders the input graph's names (``arg0_1`` -> ``l_x_``).
+
+    Also sets ``meta["val"]`` on placeholders of plain int/float/bool inputs, which make_fx
+    leaves without one (their value is baked into the graph).
+    """
+    traced = [node for node in graph.nodes if node.op == "placeholder"]
+    for node, original, value in zip(traced, originals, fake_inputs, strict=True):
+        node.meta.setdefault(VAL, value)
+        rename = getattr(node, "_rename", None)
+        if rename is not None:
+            rename(original.name)
+            node.target = node.name

@@ -1,0 +1,63 @@
+"""FX ``node.meta`` keys that kiln.autograd_trace reads and writes.
+
+Reads (on the input Torch-IR graph):
+
+- ``stack_trace``: user source of the node (Dynamo records it); quoted in ``TraceError``
+  messages and copied onto every ATen node the node turns into.
+- ``nn_module_stack``, ``source_fn_stack``, ``torch_fn`` and the other fields that
+  ``torch.fx.proxy`` copies while ``torch.fx.traceback.preserve_node_meta()`` is on: copied
+  onto the ATen nodes made from the node.
+- ``example_value`` is deliberately *not* read: inside a Dynamo backend the fake inputs come
+  from ``fake_mode.from_tensor`` on the example inputs, so every value belongs to one fake mode.
+
+Writes (on the output ATen graph):
+
+- ``val``: on every placeholder, get_attr of a tensor and call_function node: a ``FakeTensor``
+  (sizes may be ``SymInt``), a ``SymInt``/int for size arithmetic, or a list of those for
+  multi-output ops. Written by ``make_fx``; written here for get_attr nodes (the fake of the
+  lifted tensor or constant) and for placeholders of plain int/float/bool inputs (the value).
+- ``stack_trace``, ``nn_module_stack``, ``source_fn_stack``, ``from_node`` and friends:
+  carried over from the source node as described above.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch.fx
+
+log = logging.getLogger(__name__)
+
+VAL = "val"
+STACK_TRACE = "stack_trace"
+NN_MODULE_STACK = "nn_module_stack"
+
+
+def user_source_line(node: torch.fx.Node) -> str | None:
+    """The innermost ``File ..., line N`` frame of ``node``'s stack trace with its code line."""
+    trace = node.meta.get(STACK_TRACE)
+    if not trace:
+        return None
+    lines = [line for line in trace.rstrip().splitlines() if line.strip()]
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].lstrip().startswith("File "):
+            frame = [lines[index].strip()]
+            if index + 1 < len(lines) and not lines[index + 1].lstrip().startswith("File "):
+                frame.append("    " + lines[index + 1].strip())
+            return "\n".join(frame)
+    return lines[-1].strip()
+
+
+def describe_node(node: torch.fx.Node) -> str:
+    """``'name' (op target)`` for error messages, with the target written as a user reads it."""
+    if node.op == "call_function":
+        what = (
+            torch.fx.node._get_qualified_name(node.target) if callable(node.target) else node.target
+        )
+    elif node.op == "call_method":
+        what = f"Tensor.{node.target}"
+    elif node.op == "call_module":
+        what = f"module {node.target!r}"
+    else:
+        what = str(node.target)
+    return f"node {node.name!r} ({node.op} {what})"

@@ -1,0 +1,39 @@
+"""`CppOptions`: every knob of the C++ codegen, one frozen validated dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import tempfile
+
+
+def default_cache_dir() -> pathlib.Path:
+    return pathlib.Path(tempfile.gettempdir()) / "kiln-cache" / "codegen_cpp"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CppOptions:
+    """Options of `compile`.
+
+    cache_dir: where sources and shared libraries are kept, keyed by content hash.
+    compiler / flags: the C++ compiler and its flags (part of the cache key).
+    openmp: parallelize outer loops with OpenMP (without it, only `omp simd` hints are kept).
+    parallel_threshold: loop nests doing fewer iterations than this run on one thread.
+    check_strides: on every call, check each kernel input's dtype, device, sizes and strides
+      against the ones the kernel was generated for (ValueError/TypeError instead of a wrong
+      result or an out-of-bounds read); turn off only when the caller guarantees them.
+    """
+
+    cache_dir: pathlib.Path = dataclasses.field(default_factory=default_cache_dir)
+    compiler: str = "g++"
+    flags: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17")
+    openmp: bool = True
+    parallel_threshold: int = 32768
+    check_strides: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))
+        if self.parallel_threshold < 0:
+            raise ValueError(f"parallel_threshold must be >= 0, got {self.parallel_threshold}")
+        if not isinstance(self.flags, tuple):
+            raise TypeError(f"flags must be a tuple of strings, got {type(self.flags).__name__}")

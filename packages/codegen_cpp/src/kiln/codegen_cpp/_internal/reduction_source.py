@@ -1,0 +1,109 @@
+"""C++ for reductions: accumulator declarations, the reduction loops and their OpenMP pragmas.
+
+Accuracy and NaN semantics follow torch, written so that GCC vectorizes the loops without
+-ffast-math:
+
+* float32 sums accumulate in double (error no longer grows with the reduction size); the
+  result is rounded to float once, after the loops.
+* max/min keep a NaN count next to the accumulator: the loop body is a plain compare-select,
+  which `#pragma omp simd reduction(max:...)` vectorizes, and any NaN seen makes the result NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import sympy
+
+from .options import CppOptions
+from .printer import cpp_expr
+
+_FLOATS = ("float", "double")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PendingReduction:
+    """A reduction whose loop body is known; `reduction_lines` wraps it in loops."""
+
+    reduction_type: str
+    declarations: tuple[str, ...]  # before the loops
+    body: tuple[str, ...]  # inside the innermost loop
+    finish: tuple[str, ...]  # after the loops
+    clauses: str  # OpenMP reduction clauses; "" when the accumulators do not allow them
+    result: str  # the variable holding the reduced value after `finish`
+
+
+def _sum(name: str, ctype: str, value: str, body: list[str]) -> PendingReduction:
+    acc = f"acc_{name}"
+    acc_type = "double" if ctype == "float" else ctype
+    finish: tuple[str, ...] = ()
+    result = acc
+    if acc_type != ctype:
+        result = f"sum_{name}"
+        finish = (f"{ctype} {result} = static_cast<{ctype}>({acc});",)
+    return PendingReduction("sum", (f"{acc_type} {acc} = 0;",), (*body, f"{acc} = {acc} + {value};"),
+                            finish, f"reduction(+:{acc})", result)
+
+
+def _extremum(name: str, reduction_type: str, ctype: str, value: str, body: list[str]) -> PendingReduction:
+    acc = f"acc_{name}"
+    compare = ">" if reduction_type == "max" else "<"
+    if ctype in _FLOATS:
+        sign = "-" if reduction_type == "max" else ""
+        init = f"{sign}std::numeric_limits<{ctype}>::infinity()"
+    elif ctype == "bool":
+        init = "false" if reduction_type == "max" else "true"
+    else:
+        init = f"std::numeric_limits<{ctype}>::{'lowest' if reduction_type == 'max' else 'max'}()"
+    declarations = [f"{ctype} {acc} = {init};"]
+    update = [f"{acc} = ({value} {compare} {acc}) ? {value} : {acc};"]
+    finish: list[str] = []
+    clauses = f"reduction({reduction_type}:{acc})" if ctype != "bool" else ""
+    if ctype in _FLOATS:
+        nan = f"nan_{name}"
+        declarations.append(f"{ctype} {nan} = 0;  // counts NaNs: any makes the result NaN")
+        update.append(f"{nan} += ({value} != {value});")
+        finish.append(f"if ({nan} != 0) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();")
+        clauses += f" reduction(+:{nan})"
+    return PendingReduction(reduction_type, tuple(declarations), (*body, *update), tuple(finish), clauses, acc)
+
+
+def start_reduction(name: str, reduction_type: str, ctype: str, value: str,
+                    body: Sequence[str]) -> PendingReduction:
+    """The accumulators and per-element update of reducing `value` (a C++ variable of `ctype`)
+    into buffer `name`; `body` holds the statements computing `value`."""
+    if reduction_type == "sum":
+        return _sum(name, ctype, value, list(body))
+    if reduction_type in ("max", "min"):
+        return _extremum(name, reduction_type, ctype, value, list(body))
+    raise NotImplementedError(f"codegen_cpp cannot generate a {reduction_type!r} reduction ({name})")
+
+
+def reduction_lines(red: PendingReduction, rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr],
+                    options: CppOptions, parallel: bool) -> list[str]:
+    """Declarations, then loops over `ranges` with `red.body` inside (`red.finish` is the
+    caller's: it goes after these lines).
+
+    `parallel`: the kernel has no outer loop, so the outermost reduction loop is split over
+    threads (when the reduction is large enough) and its partial results combined by OpenMP.
+    """
+    lines = list(red.declarations)
+    depth = 0
+    for pos, (var, extent) in enumerate(zip(rvars, ranges)):
+        innermost = pos == len(rvars) - 1
+        pragma = None
+        if red.clauses and pos == 0 and parallel and options.openmp:
+            numel = " * ".join(cpp_expr(e) for e in ranges)
+            construct = "parallel for simd" if innermost else "parallel for"
+            pragma = f"#pragma omp {construct} {red.clauses} if(parallel: ({numel}) >= {options.parallel_threshold})"
+        elif red.clauses and innermost:
+            pragma = f"#pragma omp simd {red.clauses}"
+        if pragma:
+            lines.append("    " * depth + pragma)
+        lines.append("    " * depth + f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; ++{var}) {{")
+        depth += 1
+    lines += ["    " * depth + line for line in red.body]
+    for d in range(depth - 1, -1, -1):
+        lines.append("    " * d + "}")
+    return lines

@@ -1,0 +1,107 @@
+"""Calling compiled kernels: check inputs, allocate outputs, pass pointers and sizes through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+import torch
+
+from kiln.loopir import Kernel
+
+from .printer import python_expr
+
+
+def _size_function(params: Sequence[sympy.Symbol], exprs_per_tensor: Sequence[Sequence[Any]]):
+    """A Python function: symbol values -> list of tuples, one per tensor; an expression using
+    a symbol outside `params` evaluates to None (unknown)."""
+    known = set(params)
+    names = ", ".join(s.name for s in params)
+
+    def item(expr: Any) -> str:
+        return python_expr(expr) if sympy.sympify(expr).free_symbols <= known else "None"
+
+    rows = ", ".join("(" + "".join(item(e) + ", " for e in exprs) + ")" for exprs in exprs_per_tensor)
+    return eval(f"lambda {names}: [{rows}]", {"max": max, "min": min})  # noqa: S307 (our own printed exprs)
+
+
+class _InputLayouts:
+    """Expected sizes and strides of a kernel's inputs at given symbol values.
+
+    An input may have a size symbol the kernel body never uses (e.g. the dimension a `select`
+    removed); such a symbol is bound from the first input dimension it names, so every input
+    that mentions it is checked against the same value.
+    """
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        extra: dict[sympy.Symbol, tuple[int, int, str]] = {}
+        for pos, spec in enumerate(kernel.inputs):
+            for kind, exprs in (("size", spec.size), ("stride", spec.stride)):
+                for dim, expr in enumerate(exprs):
+                    if isinstance(expr, sympy.Symbol) and expr not in kernel.symbols:
+                        extra.setdefault(expr, (pos, dim, kind))
+        self.extra = list(extra.values())
+        params = list(kernel.symbols) + list(extra)
+        self.sizes = _size_function(params, [spec.size for spec in kernel.inputs])
+        self.strides = _size_function(params, [spec.stride for spec in kernel.inputs])
+
+    def check(self, inputs: Sequence[torch.Tensor], sizes: list[int]) -> None:
+        name = self.kernel.name
+        for tensor, spec in zip(inputs, self.kernel.inputs):
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu" or tensor.dtype != spec.dtype:
+                got = f"{tensor.dtype} on {tensor.device}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise TypeError(f"{name}: input {spec.name} must be a CPU {spec.dtype} tensor, got {got}")
+            if tensor.dim() != len(spec.size):
+                raise ValueError(f"{name}: input {spec.name} has {tensor.dim()} dims, "
+                                 f"but the kernel was generated for {len(spec.size)} ({spec})")
+        values = sizes + [inputs[pos].shape[dim] if kind == "size" else inputs[pos].stride(dim)
+                          for pos, dim, kind in self.extra]
+        for tensor, spec, want_sizes, want_strides in zip(inputs, self.kernel.inputs, self.sizes(*values),
+                                                          self.strides(*values)):
+            sizes_differ = any(w is not None and w != n for w, n in zip(want_sizes, tensor.shape))
+            strides_differ = tensor.numel() > 1 and any(
+                w is not None and w != st for w, st, n in zip(want_strides, tensor.stride(), tensor.shape) if n > 1)
+            if sizes_differ or strides_differ:
+                what = " and ".join(w for w, bad in (("sizes", sizes_differ), ("strides", strides_differ)) if bad)
+                raise ValueError(
+                    f"{name}: input {spec.name} has {what} that differ from the ones the kernel was generated "
+                    f"for: sizes {tuple(tensor.shape)}, strides {tensor.stride()}; expected sizes "
+                    f"{_show(want_sizes)}, strides {_show(want_strides)} ('?': any). Pass a tensor with that "
+                    "layout (e.g. .contiguous()) or compile again for this one")
+
+
+def _show(values: Sequence[Any]) -> str:
+    return "(" + ", ".join("?" if v is None else str(v) for v in values) + ")"
+
+
+class CompiledKernel:
+    """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, running generated C++."""
+
+    def __init__(self, kernel: Kernel, library: ctypes.CDLL, check_inputs: bool) -> None:
+        self.__name__ = kernel.name
+        self.kernel = kernel
+        self._function = getattr(library, kernel.name)
+        n_ptrs = len(kernel.inputs) + len(kernel.outputs)
+        self._function.argtypes = [ctypes.c_void_p] * n_ptrs + [ctypes.c_int64] * len(kernel.symbols)
+        self._function.restype = None
+        self._output_sizes = _size_function(kernel.symbols, [o.size for o in kernel.outputs])
+        self._layouts = _InputLayouts(kernel) if check_inputs else None
+
+    def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
+        n_in = len(self.kernel.inputs)
+        if len(args) != n_in + len(self.kernel.symbols):
+            raise TypeError(f"{self.__name__} takes {n_in} tensors and {len(self.kernel.symbols)} sizes, "
+                            f"got {len(args)} arguments")
+        inputs, sizes = args[:n_in], [int(s) for s in args[n_in:]]
+        if self._layouts is not None:
+            self._layouts.check(inputs, sizes)
+        outputs = tuple(torch.empty(size, dtype=spec.dtype, device="cpu")
+                        for size, spec in zip(self._output_sizes(*sizes), self.kernel.outputs))
+        self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs], *sizes)
+        return outputs
+
+    def __repr__(self) -> str:
+        return f"<compiled C++ {self.__name__}>"

@@ -1,0 +1,102 @@
+"""Views, non-contiguous inputs, broadcasting, and the input checks of compiled kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def test_non_contiguous_inputs_compiled_as_such(cpp):
+    base = torch.randn(6, 8)
+    transposed = base.t()  # strides (1, 8)
+    offset = base[1:, 2:]  # storage offset, row stride 8
+    stepped = base[::2, ::3]  # strides (16, 3)
+    expanded = torch.randn(8, 1).expand(8, 6)  # stride 0
+
+    def f(a, b, c, d):
+        return a * 2 + d, b.sum(1), c.relu(), (a + d).amax(0)
+
+    cpp.check(f, transposed, offset, stepped, expanded)
+
+
+def test_broadcasting_shapes(cpp_parallel):
+    def f(a, b, c, s):
+        return a + b, a * c, b - c, a + s, (a + b + c + s).sum(0)
+
+    a = torch.randn(3, 1, 5)
+    b = torch.randn(4, 1)
+    c = torch.randn(5)
+    s = torch.tensor(2.0)
+    cpp_parallel.check(f, a, b, c, s)
+
+
+def test_mm_with_transposed_weight_and_epilogue(cpp):
+    def f(x, weight, bias):
+        h = torch.addmm(bias, x, weight.t()).relu()
+        return torch.mm(h, weight), h.sum(1)
+
+    cpp.check(f, torch.randn(5, 7), torch.randn(3, 7), torch.randn(3))
+    cpp.check(f, torch.randn(5, 7, dtype=torch.float64), torch.randn(3, 7, dtype=torch.float64),
+              torch.randn(3, dtype=torch.float64))
+
+
+def test_non_contiguous_call_of_contiguous_build_raises(cpp):
+    compiled = cpp.build(lambda x: x * 2 + 1, torch.randn(4, 5))
+    square = cpp.build(lambda x: x.exp(), torch.randn(4, 4))
+    with pytest.raises(ValueError, match=r"has strides that differ.*strides \(1, 4\); expected sizes \(4, 4\), strides \(4, 1\)"):
+        square.module(torch.randn(4, 4).t())
+    with pytest.raises(ValueError, match="strides"):
+        compiled.module(torch.randn(4, 10)[:, ::2])
+    compiled.module(torch.randn(4, 10)[:, :5].contiguous())  # the same values, right layout: fine
+
+
+def test_contiguous_call_of_transposed_build_raises(cpp):
+    compiled = cpp.check(lambda x: x + 1, torch.randn(5, 4).t())
+    with pytest.raises(ValueError, match="strides"):
+        compiled.module(torch.randn(4, 5))
+
+
+def test_wrong_static_shape_raises_instead_of_reading_out_of_bounds(cpp):
+    compiled = cpp.build(lambda x: x.sum(1), torch.randn(4, 5))
+    with pytest.raises(ValueError, match=r"has sizes that differ.*sizes \(2, 5\).*expected sizes \(4, 5\)"):
+        compiled.module(torch.randn(2, 5))  # same strides, fewer rows
+    with pytest.raises(ValueError, match="dims"):
+        compiled.module(torch.randn(20))
+
+
+def test_wrong_dtype_raises_type_error(cpp):
+    compiled = cpp.build(lambda x: x + 1, torch.randn(3))
+    with pytest.raises(TypeError, match="float32"):
+        compiled.module(torch.randn(3, dtype=torch.float64))
+
+
+def test_size_one_dims_accept_any_stride(cpp):
+    compiled = cpp.build(lambda x: x * 3, torch.randn(1, 5))
+    x = torch.randn(5, 1).t()  # size (1, 5), strides (1, 1)
+    cpp.assert_same(compiled.module(x), x * 3)
+
+
+def test_check_strides_off_skips_the_check(cpp):
+    unchecked = cpp.with_options(check_strides=False)
+    compiled = unchecked.build(lambda x: x + 1, torch.randn(4, 4))
+    base = torch.randn(4, 4)
+    # Without the check the kernel reads memory in the order it was built for (row-major), so a
+    # transposed input is silently read as its base: the caller's responsibility, documented
+    # on CppOptions.check_strides.
+    cpp.assert_same(compiled.module(base.t()), base + 1)
+
+
+def test_outputs_that_are_views(cpp):
+    def f(x):
+        y = x * 2
+        return y.t(), y[1:, ::2], x.t(), y.view(-1)
+
+    compiled = cpp.check(f, torch.randn(4, 6))
+    out = compiled.module(torch.randn(4, 6))
+    assert out[0].stride() == (1, 6)
+
+
+def test_graph_without_kernels(cpp):
+    compiled = cpp.check(lambda x, w: (torch.mm(x, w), x.t()), torch.randn(3, 4), torch.randn(4, 2))
+    assert not compiled.kernel_graph.kernels
+    assert compiled.artifacts.library_path is None

@@ -1,0 +1,97 @@
+"""Reductions: the serial and OpenMP-parallel paths, NaN propagation, accuracy, fusion shapes."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+NAN = math.nan
+
+
+def _with_nan(shape, positions, seed=0):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    for pos in positions:
+        x.view(-1)[pos] = NAN
+    return x
+
+
+def test_full_reductions_to_0d_use_the_parallel_path(cpp_parallel):
+    def f(x, i, b):
+        return (x.sum(), x.amax(), x.amin(), x.mean(), i.sum(), i.amax(), i.amin(), b.sum(), b.amax(), b.amin())
+
+    x = torch.randn(7, 33)
+    i = torch.randint(-100, 100, (7, 33))
+    b = torch.rand(7, 33) > 0.3
+    compiled = cpp_parallel.check(f, x, i, b)
+    # Every 0-d reduction (except bool max/min, which have no OpenMP reduction) splits its
+    # outermost loop over threads; nothing is left serial.
+    assert compiled.source.count("#pragma omp parallel for reduction(") == 8
+    assert compiled.source.count("reduction(max:") >= 2 and compiled.source.count("reduction(min:") >= 2
+
+
+def test_one_dimensional_full_reduction_is_parallel_and_simd(cpp_parallel):
+    compiled = cpp_parallel.check(lambda x: (x.sum(), x.amax()), torch.randn(1000))
+    assert compiled.source.count("#pragma omp parallel for simd reduction(") == 2
+
+
+def test_nan_propagates_through_max_min_in_every_path(cpp, cpp_parallel):
+    def f(x, y):
+        return (x.amax(), x.amin(), x.amax(1), x.amin(0, keepdim=True), x.amax((0, 1)),
+                torch.maximum(x, y), torch.minimum(y, x), torch.relu(x))
+
+    x = _with_nan((5, 40), [3, 77])  # rows 0 and 1 have a NaN; rows 2..4 do not
+    y = _with_nan((5, 40), [4, 199], seed=1)
+    cpp.check(f, x, y)
+    cpp_parallel.check(f, x, y)
+    cpp.check(f, torch.randn(5, 40), torch.randn(5, 40))  # and no spurious NaN without them
+
+
+def test_all_nan_and_infinite_rows(cpp):
+    x = torch.tensor([[NAN, NAN], [-math.inf, -math.inf], [math.inf, 1.0], [NAN, math.inf]])
+    cpp.check(lambda x: (x.amax(1), x.amin(1), x.sum(1), x.mean(1)), x)
+
+
+def test_float32_sums_are_accumulated_in_double(cpp, cpp_parallel):
+    """The result is the float64 sum rounded once: at most one rounding away from it, which eager
+    (float accumulation) does not guarantee."""
+    x = torch.randn(64, 20000, generator=torch.Generator().manual_seed(0)) * 100
+    truth_rows = x.double().sum(1)
+    truth_all = x.double().sum()
+    for builder in (cpp, cpp_parallel):
+        rows, total = builder.build(lambda x: (x.sum(1), x.sum()), x).module(x)
+        ulp_rows = torch.finfo(torch.float32).eps * truth_rows.abs()
+        assert ((rows.double() - truth_rows).abs() <= ulp_rows).all()
+        assert abs(total.double() - truth_all) <= torch.finfo(torch.float32).eps * abs(truth_all)
+
+
+def test_reduction_over_leading_and_middle_dims(cpp_parallel):
+    def f(x):
+        return x.sum(0), x.amax(1), x.amin((0, 2)), x.mean((0, 2), keepdim=True), x.sum(-1, keepdim=True)
+
+    cpp_parallel.check(f, torch.randn(6, 5, 7))
+
+
+def test_reduction_and_pointwise_fuse_into_one_kernel(cpp):
+    def f(x):  # variance by rows: sum, mean, then a second reduction reading the first
+        mean = x.mean(1, keepdim=True)
+        return ((x - mean) ** 2).sum(1) / (x.shape[1] - 1), x.amax(1) - x.amin(1)
+
+    compiled = cpp.check(f, torch.randn(9, 31))
+    assert len(compiled.kernel_graph.kernels) < 5
+
+
+def test_empty_reductions(cpp):
+    cpp.check(lambda x: (x.sum(1), x.sum(), x.mean(0), x.sum(0)), torch.randn(0, 4))
+    cpp.check(lambda x: (x.sum(0), x.sum()), torch.randn(3, 0))
+
+
+def test_reduction_of_0d_tensor(cpp):
+    cpp.check(lambda x: (x.sum(), x.amax(), x.mean(), x + 1), torch.tensor(2.5))
+
+
+def test_without_openmp_runs_serially(cpp):
+    serial = cpp.with_options(openmp=False, parallel_threshold=0)
+    compiled = serial.check(lambda x: (x.sum(), x.amax(1), x * 2), _with_nan((4, 9), [5]))
+    assert "omp parallel" not in compiled.source
+    assert "#pragma omp simd" in compiled.source  # still vectorization hints (-fopenmp-simd)

@@ -1,0 +1,1 @@
+"""Implementation modules of kiln.codegen_triton (not a public API)."""

@@ -1,0 +1,213 @@
+"""`TritonHandler`: the loopir ops handler that emits Triton statements for loop bodies.
+
+Values are names of local variables holding blocks. Index variables `i0, i1, ...` (outer) and
+`r0, r1, ...` (reduction) are blocks too, defined by the kernel prologue / reduction loop
+header (see `kernel_source.py`); a load is masked by exactly the masks of the variables its
+index uses, so every block shape broadcasts against every other:
+
+* pointwise kernel: outer values are ``[XBLOCK]``;
+* reduction kernel: outer values are ``[XBLOCK, 1]``, reduction values ``[1, RBLOCK]`` or
+  ``[XBLOCK, RBLOCK]``; a reduction accumulates ``[XBLOCK, RBLOCK]`` partial results and
+  folds them with `tl.sum` / `tl.reduce` after its loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import sympy
+import torch
+from kiln.loopir import Kernel, OpsHandler
+
+from .options import TritonCodegenError
+from .printer import triton_expr
+
+log = logging.getLogger(__name__)
+
+TL_DTYPES = {
+    torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16", torch.int64: "tl.int64", torch.int32: "tl.int32",
+    torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+_UNARY = {
+    "neg": "-{0}", "exp": "tl.exp({0})", "log": "tl.log({0})", "sigmoid": "tl.sigmoid({0})",
+    "tanh": "kiln_device.tanh({0})", "relu": "tl.where({0} < 0, 0, {0})", "abs": "tl.abs({0})",
+    "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "1.0 / {0}",
+    "logical_not": "{0} == 0", "identity": "{0}",
+}
+_BINARY = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
+    "maximum": "kiln_device.maximum({0}, {1})", "minimum": "kiln_device.minimum({0}, {1})",
+    "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
+    "gt": "{0} > {1}", "ge": "{0} >= {1}",
+    "logical_and": "({0} != 0) & ({1} != 0)", "logical_or": "({0} != 0) | ({1} != 0)",
+}
+_REDUCTION_UPDATE = {"sum": "{acc} + {v}", "max": "kiln_device.maximum({acc}, {v})",
+                     "min": "kiln_device.minimum({acc}, {v})"}
+_REDUCTION_FOLD = {"sum": "tl.sum({acc}, 1)", "max": "tl.reduce({acc}, 1, kiln_device.maximum)",
+                   "min": "tl.reduce({acc}, 1, kiln_device.minimum)"}
+MAX_EXPANDED_POW = 16  # integer exponents up to this size become multiplications
+
+
+def tl_dtype(dtype: torch.dtype, where: str) -> str:
+    if dtype not in TL_DTYPES:
+        raise TritonCodegenError(f"{where}: codegen_triton has no Triton type for {dtype}")
+    return TL_DTYPES[dtype]
+
+
+def tl_literal(value: Any, dtype: torch.dtype) -> str:
+    """A Python literal Triton accepts as a `tl.full` value of `dtype`."""
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    return str(int(value))
+
+
+def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
+    if reduction_type == "sum":
+        return "0"
+    if dtype == torch.bool:
+        return "0" if reduction_type == "max" else "1"
+    if dtype.is_floating_point:
+        return 'float("-inf")' if reduction_type == "max" else 'float("inf")'
+    info = torch.iinfo(dtype)
+    return str(info.min if reduction_type == "max" else info.max)
+
+
+def _offset(index: sympy.Expr) -> str:
+    """A flat index as a pointer offset, parenthesized unless it is one symbol or number."""
+    text = triton_expr(index)
+    return text if text.isidentifier() or text.isdigit() else f"({text})"
+
+
+class TritonHandler(OpsHandler):
+    """Emits Triton statements for one kernel's loop bodies (see the module docstring)."""
+
+    def __init__(self, kernel: Kernel, rank: int, index_vars: frozenset[sympy.Symbol]) -> None:
+        self.kernel = kernel
+        self.rank = rank  # 1 for pointwise kernels, 2 for kernels with a reduction
+        self.index_vars = index_vars
+        self.lines: list[str] = []
+        self.cache: dict[str, str] = {}  # expression text -> variable (common subexpressions)
+        self.locals: dict[str, str] = {}  # buffer kept in registers -> variable
+        self.constants: dict[str, Any] = {}  # variable -> Python value of an ops.constant
+        self.outputs = {o.name for o in kernel.outputs}
+        self.pending_reduction: dict[str, str] | None = None
+        self.current = ""  # name of the buffer being emitted, for error messages
+        self._count = 0
+
+    def _var(self, text: str) -> str:
+        if text in self.cache:
+            return self.cache[text]
+        name = f"tmp{self._count}"
+        self._count += 1
+        self.lines.append(f"{name} = {text}")
+        self.cache[text] = name
+        return name
+
+    def _where(self) -> str:
+        return f"{self.kernel.name}, buffer {self.current}"
+
+    def _masks(self, expr: sympy.Expr) -> list[str]:
+        names = {s.name[0] for s in sympy.sympify(expr).free_symbols if s in self.index_vars}
+        return [m for prefix, m in (("i", "xmask"), ("r", "rmask")) if prefix in names]
+
+    def _scalar_shape(self) -> str:
+        return "[1]" if self.rank == 1 else "[1, 1]"
+
+    def load(self, name: str, index: sympy.Expr) -> str:
+        if name in self.locals:
+            return self.locals[name]
+        masks = self._masks(index)
+        pointer = f"in_{name} + {_offset(index)}"
+        if not masks:  # one element for every lane: a scalar load, always in bounds
+            return self._var(f"tl.load({pointer})")
+        return self._var(f"tl.load({pointer}, {' & '.join(masks)})")
+
+    def store(self, name: str, index: sympy.Expr, value: str) -> None:
+        self.locals[name] = value
+        if name not in self.outputs:
+            return
+        offset = _offset(index)
+        if not self._masks(index):  # broadcast the pointer so the store is a block store
+            offset = f"{offset} + tl.zeros_like(xindex)"
+        self.lines.append(f"tl.store(out_{name} + {offset}, {value}, xmask)")
+
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str) -> str:
+        acc = f"acc_{name}"
+        masked = self._var(f"tl.where(xmask & rmask, {value}, {reduction_identity(reduction_type, dtype)})")
+        self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
+        self.pending_reduction = {
+            "acc": acc, "type": reduction_type,
+            "init": f"{acc} = tl.full([XBLOCK, RBLOCK], {reduction_identity(reduction_type, dtype)}, "
+                    f"{tl_dtype(dtype, self._where())})",
+        }
+        body, self.lines = self.lines, []
+        self.pending_reduction["body"] = body  # type: ignore[assignment]
+        return self._var(_REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
+
+    def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
+        self.store(name, index, value)
+
+    def constant(self, value: Any, dtype: torch.dtype) -> str:
+        var = self._var(f"tl.full({self._scalar_shape()}, {tl_literal(value, dtype)}, "
+                        f"{tl_dtype(dtype, self._where())})")
+        self.constants[var] = value
+        return var
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
+        target = tl_dtype(dtype, self._where())
+        if not self._masks(expr):  # sizes only: a scalar
+            return self._var(f"tl.full({self._scalar_shape()}, {triton_expr(expr)}, {target})")
+        return self._var(f"({triton_expr(expr)}).to({target})")
+
+    def to_dtype(self, x: str, dtype: torch.dtype) -> str:
+        return self._var(f"{x}.to({tl_dtype(dtype, self._where())})")
+
+    def where(self, cond: str, a: str, b: str) -> str:
+        return self._var(f"tl.where({cond}, {a}, {b})")
+
+    def pow(self, x: str, y: str) -> str:
+        exponent = self.constants.get(y)
+        if exponent is not None and float(exponent).is_integer() and abs(exponent) <= MAX_EXPANDED_POW:
+            return self._integer_pow(x, int(exponent))
+        if exponent == 0.5:
+            return self._var(f"tl.sqrt({x})")
+        if exponent == -0.5:
+            return self._var(f"1.0 / tl.sqrt({x})")
+        return self._var(f"kiln_device.pow({x}, {y})")
+
+    def _integer_pow(self, x: str, exponent: int) -> str:
+        """x ** exponent by repeated squaring (what torch does for small integer exponents)."""
+        result: str | None = None
+        square = x
+        n = abs(exponent)
+        while n:
+            if n & 1:
+                result = square if result is None else self._var(f"{result} * {square}")
+            n >>= 1
+            if n:
+                square = self._var(f"{square} * {square}")
+        if result is None:  # x ** 0
+            return self._var(f"tl.full({self._scalar_shape()}, 1, {x}.dtype)")
+        return self._var(f"1.0 / {result}") if exponent < 0 else result
+
+
+def _op_method(template: str):
+    def op(self: TritonHandler, *args: str) -> str:
+        return self._var(template.format(*args))
+
+    return op
+
+
+for _name, _template in {**_UNARY, **_BINARY}.items():
+    setattr(TritonHandler, _name, _op_method(_template))

@@ -1,0 +1,57 @@
+"""`TritonOptions`: every knob of the Triton codegen, one frozen validated dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import tempfile
+
+
+def default_cache_dir() -> pathlib.Path:
+    return pathlib.Path(tempfile.gettempdir()) / "kiln-cache" / "codegen_triton"
+
+
+def _is_power_of_two(n: int) -> bool:
+    return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TritonOptions:
+    """Options of `compile` and `generate`.
+
+    cache_dir: where generated sources are written, one file per content hash.
+    xblock: most outer points one program of a pointwise kernel computes.
+    reduction_xblock: most outer points one program of a reduction kernel computes.
+    rblock: most reduction elements a reduction loop step reads per outer point.
+    num_warps: warps per program (ignored by the Triton interpreter).
+    check_inputs: check input dtypes, devices and strides against the kernel on every call.
+    device: where outputs of kernels without tensor inputs are allocated; None means "cuda"
+        when torch sees a GPU, else "cpu" (kernels with inputs use their first input's device).
+
+    Block sizes are upper bounds: each launch uses the next power of two of the work it has,
+    capped by these.
+    """
+
+    cache_dir: pathlib.Path = dataclasses.field(default_factory=default_cache_dir)
+    xblock: int = 1024
+    reduction_xblock: int = 8
+    rblock: int = 128
+    num_warps: int = 4
+    check_inputs: bool = True
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))
+        for field in ("xblock", "reduction_xblock", "rblock", "num_warps"):
+            value = getattr(self, field)
+            if not _is_power_of_two(value):
+                raise ValueError(f"TritonOptions.{field} must be a positive power of two, got {value!r}")
+        if self.num_warps > 32:
+            raise ValueError(f"TritonOptions.num_warps must be at most 32, got {self.num_warps}")
+
+
+class TritonCodegenError(RuntimeError):
+    """A kernel graph the Triton codegen cannot translate, or a kernel called with wrong inputs.
+
+    The message names the kernel and the loopir buffer (or input) involved.
+    """

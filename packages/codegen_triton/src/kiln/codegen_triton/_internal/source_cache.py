@@ -1,0 +1,59 @@
+"""Generated sources on disk, keyed by content hash, imported as real modules.
+
+`triton.jit` reads a kernel's source back from its file (`inspect.getsource`), so generated
+code must live in a real file: ``<cache_dir>/kiln_triton_<hash>.py``. A module already
+imported in this process is reused; a file already on disk counts as a cache hit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import pathlib
+import sys
+import threading
+import types
+
+log = logging.getLogger(__name__)
+
+_LOCK = threading.Lock()
+_MODULES: dict[pathlib.Path, types.ModuleType] = {}
+
+
+def source_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:24]
+
+
+def write_source(source: str, cache_dir: pathlib.Path) -> tuple[pathlib.Path, bool]:
+    """Write `source` to the cache (unless already there). Returns (path, cache hit)."""
+    path = cache_dir / f"kiln_triton_{source_key(source)}.py"
+    if path.exists() and path.read_text() == source:
+        return path, True
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    partial.write_text(source)
+    os.replace(partial, path)  # atomic: a concurrent reader never sees a half-written file
+    log.info("wrote generated Triton source %s", path)
+    return path, False
+
+
+def load_module(path: pathlib.Path) -> types.ModuleType:
+    """Import the generated module at `path` (once per process)."""
+    with _LOCK:
+        if path in _MODULES:
+            return _MODULES[path]
+        name = path.stem
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import generated Triton source {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # triton resolves a kernel's globals through its module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        _MODULES[path] = module
+        return module

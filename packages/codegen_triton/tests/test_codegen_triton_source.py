@@ -1,0 +1,121 @@
+"""Generated source (readability, one @triton.jit per kernel), the cache, options, verify,
+the ops-handler completeness and the entry point."""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: run kernels on CPU tensors
+
+import builtins  # noqa: E402
+import dataclasses  # noqa: E402
+import pathlib  # noqa: E402
+import tomllib  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("triton", reason="kiln.codegen_triton needs triton (pip install triton)")
+
+import kiln.codegen_triton as codegen_triton  # noqa: E402
+import torch  # noqa: E402
+from kiln.codegen_triton import (  # noqa: E402
+    TritonArtifacts,
+    TritonCodegenError,
+    TritonOptions,
+    compile,
+    generate,
+    verify,
+)
+from kiln.codegen_triton._internal.handler import TritonHandler  # noqa: E402
+from kiln.loopir import OPS, lower  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+
+def three_kernel_graph():
+    def fn(x, y):
+        a = torch.sigmoid(x) * y  # pointwise over [4, 6]
+        return a.sum(-1), a.t() + 1  # a reduction over [4]; a pointwise over [6, 4]
+
+    return fn, lower(make_fx(fn)(torch.randn(4, 6), torch.randn(4, 6)))
+
+
+def test_one_jit_function_per_kernel_named_after_it():
+    _, kernel_graph = three_kernel_graph()
+    source = generate(kernel_graph)
+    assert source.count("@triton.jit") == len(kernel_graph.kernels) >= 2
+    for kernel in kernel_graph.kernels:
+        assert f"\ndef {kernel.name}(" in source
+        for spec in kernel.inputs:
+            assert f"in_{spec.name}" in source
+        for node in kernel.nodes:
+            assert f"# {node.spec}" in source  # each buffer is announced by a comment
+    builtins.compile(source, "<generated>", "exec")  # valid Python: Triton parses it as such
+
+
+def test_generate_is_deterministic():
+    _, first = three_kernel_graph()
+    _, second = three_kernel_graph()
+    assert generate(first) == generate(second)
+
+
+def test_second_compile_hits_the_cache(tmp_path):
+    fn, kernel_graph = three_kernel_graph()
+    options = TritonOptions(cache_dir=tmp_path)
+    first = compile(kernel_graph, options)
+    second = compile(three_kernel_graph()[1], options)
+    a, b = first.meta["kiln_triton"], second.meta["kiln_triton"]
+    assert isinstance(a, TritonArtifacts)
+    assert (a.cache_hit, b.cache_hit) == (False, True)
+    assert a.source_path == b.source_path and a.source_path.parent == tmp_path
+    assert a.source_path.read_text() == a.source
+    assert a.kernels == tuple(k.name for k in kernel_graph.kernels)
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    for module in (first, second):
+        for got, expected in zip(module(x, y), fn(x, y)):
+            torch.testing.assert_close(got, expected)
+
+
+def test_verify_rejects_uncompiled_and_reference_kernels(tmp_path):
+    _, kernel_graph = three_kernel_graph()
+    with pytest.raises(TritonCodegenError, match="kiln_triton"):
+        verify(kernel_graph.gm)
+    module = compile(kernel_graph, TritonOptions(cache_dir=tmp_path))
+    verify(module)
+    node = next(n for n in module.graph.nodes if hasattr(n.target, "kernel"))
+    node.target = node.target.kernel  # back to loopir's reference evaluator
+    with pytest.raises(TritonCodegenError, match=f"node {node.name}"):
+        verify(module)
+
+
+def test_input_checks_name_the_input(tmp_path):
+    _, kernel_graph = three_kernel_graph()
+    module = compile(kernel_graph, TritonOptions(cache_dir=tmp_path))
+    with pytest.raises(TritonCodegenError, match="x_1 must be a torch.float32"):
+        module(torch.randn(4, 6, dtype=torch.float64), torch.randn(4, 6))
+    with pytest.raises(TritonCodegenError, match="sizes"):
+        module(torch.randn(4, 7), torch.randn(4, 7))
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError, match="xblock"):
+        TritonOptions(xblock=100)
+    with pytest.raises(ValueError, match="num_warps"):
+        TritonOptions(num_warps=64)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TritonOptions().xblock = 8
+
+
+def test_handler_implements_every_op():
+    defined = {name for klass in TritonHandler.__mro__ if klass.__module__.startswith("kiln.codegen_triton")
+               for name in vars(klass)}
+    assert sorted(set(OPS) - defined) == []
+
+
+def test_public_surface():
+    assert sorted(codegen_triton.__all__) == sorted(
+        ["compile", "generate", "verify", "TritonOptions", "TritonArtifacts", "TritonCodegenError"])
+
+
+def test_entry_point_names_compile():
+    pyproject = pathlib.Path(__file__).parents[1] / "pyproject.toml"
+    entry_points = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["kiln.codegen"]
+    module_name, attr = entry_points["cuda"].split(":")
+    assert getattr(__import__(module_name, fromlist=[attr]), attr) is compile

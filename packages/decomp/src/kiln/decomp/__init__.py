@@ -1,0 +1,28 @@
+"""kiln.decomp: decomposition tables as immutable data, and a retracing decompose pass.
+
+ATen IR in, a smaller ATen opset out, by a table the caller chooses::
+
+    from kiln.decomp import loop_level, decompose, opset
+    gm2 = decompose(gm, loop_level())
+"""
+
+from ._internal.builtin_tables import core_aten, loop_level
+from ._internal.opset_check import OpsetError, check_opset, opset
+from ._internal.opsets import LOOP_LEVEL_OPS
+from ._internal.retrace import decompose
+from ._internal.table import DecompTable, register
+from ._internal.verify import VerifyError, verify
+
+__all__ = [
+    "LOOP_LEVEL_OPS",
+    "DecompTable",
+    "OpsetError",
+    "VerifyError",
+    "check_opset",
+    "core_aten",
+    "decompose",
+    "loop_level",
+    "opset",
+    "register",
+    "verify",
+]

@@ -1,0 +1,1 @@
+"""Implementation modules of kiln.decomp; import the public names from ``kiln.decomp``."""

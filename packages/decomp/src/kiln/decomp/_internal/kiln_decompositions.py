@@ -1,0 +1,180 @@
+"""Decompositions written in kiln (provenance ``"kiln"``), for ops whose torch decomposition
+is missing or leaves the loop-level opset (torch's var/var_mean end in ``prims.var``,
+its clamp in ``isnan``/``bitwise_or``).
+
+Each function is marked with the ops it decomposes by ``@decomposes(...)`` right above it;
+``kiln_table()`` builds a fresh DecompTable from the functions listed in
+``KILN_DECOMPOSITIONS``. A function returns ``NotImplemented`` for calls it does not
+handle; the op then stays in the graph as it is. Every output op is in LOOP_LEVEL_OPS.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+
+from .table import DecompTable
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def decomposes(*ops: OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a function as the kiln decomposition of ``ops`` (no registry is mutated)."""
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.decomposes = ops  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def _reduction_dims(x: torch.Tensor, dim: Sequence[int] | int | None) -> list[int] | None:
+    """Non-negative reduction dims; ``None``/``[]`` mean all dims. None if unsupported."""
+    if isinstance(dim, int):
+        dim = [dim]
+    if dim is None or len(dim) == 0:
+        return list(range(x.dim()))
+    if x.dim() == 0:
+        return None
+    return sorted({d % x.dim() for d in dim})
+
+
+def _var_and_mean(x: torch.Tensor, dims: list[int], correction: Any) -> tuple[Any, Any]:
+    """(var, mean) over ``dims`` with keepdim=True, computed in at least float32."""
+    compute = x
+    if x.dtype in _LOW_PRECISION:
+        compute = aten._to_copy.default(x, dtype=torch.float32)
+    mean = aten.mean.dim(compute, dims, True)
+    diff = aten.sub.Tensor(compute, mean)
+    squares = aten.sum.dim_IntList(aten.mul.Tensor(diff, diff), dims, True)
+    count = 1
+    for d in dims:
+        count = count * x.shape[d]
+    correction = 1 if correction is None else correction
+    # torch divides by max(N - correction, 0): too few elements give inf/nan, not an error.
+    var = aten.div.Tensor(squares, torch.sym_max(count - correction, 0))
+    return var, mean
+
+
+def _finish(t: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype) -> Any:
+    if not keepdim and dims:
+        t = aten.squeeze.dims(t, dims)
+    if t.dtype != dtype:
+        t = aten._to_copy.default(t, dtype=dtype)
+    return t
+
+
+@decomposes(aten.var_mean.correction)
+def var_mean_correction(x, dim=None, *, correction=None, keepdim=False):
+    """var_mean as mean, sub, mul, sum, div (two passes, like torch's reference)."""
+    dims = _reduction_dims(x, dim)
+    if dims is None or not x.is_floating_point():
+        return NotImplemented
+    var, mean = _var_and_mean(x, dims, correction)
+    return _finish(var, dims, keepdim, x.dtype), _finish(mean, dims, keepdim, x.dtype)
+
+
+@decomposes(aten.var.correction)
+def var_correction(x, dim=None, *, correction=None, keepdim=False):
+    """var as mean, sub, mul, sum, div."""
+    dims = _reduction_dims(x, dim)
+    if dims is None or not x.is_floating_point():
+        return NotImplemented
+    var, _ = _var_and_mean(x, dims, correction)
+    return _finish(var, dims, keepdim, x.dtype)
+
+
+def _clamp_dtype(x: torch.Tensor, bounds: Sequence[Any]) -> torch.dtype | None:
+    """Result dtype of clamp(x, scalar bounds) by torch's type promotion; None if complex."""
+    if x.is_complex() or any(isinstance(b, complex) for b in bounds):
+        return None
+    if x.is_floating_point():
+        return x.dtype
+    if any(isinstance(b, (float, torch.SymFloat)) for b in bounds):
+        return torch.get_default_dtype()
+    if x.dtype == torch.bool and any(not isinstance(b, (bool, torch.SymBool)) for b in bounds):
+        return torch.int64
+    return x.dtype
+
+
+@decomposes(aten.clamp.default)
+def clamp_scalar(x, min=None, max=None):  # argument names are ATen's (calls pass them by keyword)
+    """clamp with scalar bounds as maximum/minimum with 0-d tensors; NaN propagates as in
+    eager, and min > max gives max everywhere (minimum is applied last)."""
+    bounds = [b for b in (min, max) if b is not None]
+    dtype = _clamp_dtype(x, bounds)
+    if not bounds or dtype is None:
+        return NotImplemented
+    out = x if x.dtype == dtype else aten._to_copy.default(x, dtype=dtype)
+    if min is not None:
+        out = aten.maximum.default(
+            out, aten.scalar_tensor.default(min, dtype=dtype, device=x.device)
+        )
+    if max is not None:
+        out = aten.minimum.default(
+            out, aten.scalar_tensor.default(max, dtype=dtype, device=x.device)
+        )
+    return out
+
+
+@decomposes(aten.clamp.Tensor)
+def clamp_tensor(x, min=None, max=None):  # argument names are ATen's (calls pass them by keyword)
+    """clamp with tensor bounds as maximum/minimum (which broadcast and promote alike)."""
+    if min is None and max is None:
+        return NotImplemented
+    out = x
+    if min is not None:
+        out = aten.maximum.default(out, min)
+    if max is not None:
+        out = aten.minimum.default(out, max)
+    return out
+
+
+@decomposes(aten.full_like.default)
+def full_like(
+    x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
+    """full_like as full of x's shape, when the result is contiguous either way."""
+    if x.layout != torch.strided or layout not in (None, torch.strided):
+        return NotImplemented
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        return NotImplemented
+    if memory_format != torch.contiguous_format and not x.is_contiguous():
+        return NotImplemented
+    return aten.full.default(
+        x.shape,
+        fill_value,
+        dtype=x.dtype if dtype is None else dtype,
+        layout=torch.strided,
+        device=x.device if device is None else device,
+        pin_memory=pin_memory,
+    )
+
+
+@decomposes(aten.lift_fresh_copy.default)
+def lift_fresh_copy(x):
+    """lift_fresh_copy (a tensor constant made in the traced code) as clone."""
+    return aten.clone.default(x)
+
+
+KILN_DECOMPOSITIONS = (
+    var_mean_correction,
+    var_correction,
+    clamp_scalar,
+    clamp_tensor,
+    full_like,
+    lift_fresh_copy,
+)
+
+
+def kiln_table() -> DecompTable:
+    """A fresh DecompTable of every kiln-written decomposition (provenance ``"kiln"``)."""
+    entries = {op: fn for fn in KILN_DECOMPOSITIONS for op in fn.decomposes}
+    return DecompTable(entries, provenance="kiln")

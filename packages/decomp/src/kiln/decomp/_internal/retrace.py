@@ -1,0 +1,230 @@
+"""decompose(): retrace an ATen FX graph under fake tensors, applying a decomposition table.
+
+How: an ``fx.Interpreter`` runs the graph under ``make_fx`` (proxy tracing) with the
+table as ``decomposition_table``, inside ``fx.traceback.preserve_node_meta()`` so every
+node a decomposition emits inherits the ``stack_trace`` (and module stack, ...) of the
+node it came from. Tensor attributes (``get_attr``) are passed in as extra inputs, so the
+fake mode never meets a real tensor and the attributes keep their names; the traced graph
+is then copied into a graph with the original placeholders, attributes and codegen.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import free_symbols
+
+from .cleanup import eliminate_dead_pure_nodes
+
+log = logging.getLogger(__name__)
+
+
+def decompose(
+    gm: fx.GraphModule,
+    table: Mapping[Any, Any],
+    example_inputs: Sequence[Any] | None = None,
+) -> fx.GraphModule:
+    """Return a new GraphModule computing what ``gm`` computes, with ``table`` applied.
+
+    ``gm`` is an ATen-level graph (a Torch IR graph from Dynamo works too: it comes out
+    as ATen). The placeholders' ``meta["val"]`` (Dynamo's ``meta["example_value"]``
+    when there is no ``val``) are FakeTensors, sizes may be SymInts: they give the fake
+    mode and the values to retrace with. When some are missing, ``example_inputs`` (one
+    per placeholder) are used instead: fake tensors as they are, real tensors faked with
+    static shapes.
+    Decompositions apply recursively: an op a decomposition emits is decomposed in turn
+    if ``table`` has it. ``table`` is any mapping ``OpOverload -> fn`` (a DecompTable).
+
+    The result has the same placeholders (names, order) and the same output structure,
+    ``meta["val"]`` on every node, and each decomposed node's ``stack_trace`` on the nodes
+    it became. ``gm`` is not modified; tensor attributes are shared, not copied.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fake_mode, inputs = _fake_inputs(placeholders, example_inputs)
+    attr_targets, attr_values = _lifted_attributes(gm, fake_mode)
+    symbolic = fake_mode.shape_env is not None and _any_symbolic(inputs)
+    runner = _AttrLiftingInterpreter(gm, attr_targets)
+    with fx.traceback.preserve_node_meta():
+        traced = make_fx(
+            runner.run_flat,
+            decomposition_table=table,
+            tracing_mode="symbolic" if symbolic else "fake",
+        )(*inputs, *attr_values)
+    result = _rebuild(gm, traced, placeholders, attr_targets)
+    log.debug(
+        "decompose: %d nodes -> %d nodes (%s shapes)",
+        len(gm.graph.nodes),
+        len(result.graph.nodes),
+        "symbolic" if symbolic else "static",
+    )
+    return result
+
+
+def _fake_inputs(
+    placeholders: list[fx.Node], example_inputs: Sequence[Any] | None
+) -> tuple[FakeTensorMode, list[Any]]:
+    """The fake mode to trace under and one fake value per placeholder."""
+    recorded = [_recorded_value(n) for n in placeholders]
+    if all(v is not _MISSING for v in recorded):
+        values = recorded
+    elif example_inputs is not None:
+        values = list(example_inputs)
+    else:
+        missing = [n.name for n, v in zip(placeholders, recorded) if v is _MISSING]
+        raise ValueError(
+            f"decompose: placeholders {missing} have no meta['val'] and no example_inputs "
+            "were given; pass example_inputs (real or fake tensors, one per placeholder)"
+        )
+    if len(values) != len(placeholders):
+        raise ValueError(
+            f"decompose: the graph has {len(placeholders)} placeholders but "
+            f"{len(values)} example inputs were given"
+        )
+    fake_mode = detect_fake_mode(values) or FakeTensorMode()
+    return fake_mode, [_to_fake(fake_mode, v) for v in values]
+
+
+_MISSING = object()
+
+
+def _recorded_value(node: fx.Node) -> Any:
+    """meta["val"] (ATen graphs), else meta["example_value"] (Dynamo's Torch IR graphs)."""
+    if "val" in node.meta:
+        return node.meta["val"]
+    return node.meta.get("example_value", _MISSING)
+
+
+def _to_fake(fake_mode: FakeTensorMode, value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+        return fake_mode.from_tensor(value, static_shapes=True)
+    return value
+
+
+def _any_symbolic(values: Sequence[Any]) -> bool:
+    for value in values:
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+        if isinstance(value, torch.Tensor) and free_symbols(value):
+            return True
+    return False
+
+
+def _lifted_attributes(
+    gm: fx.GraphModule, fake_mode: FakeTensorMode
+) -> tuple[list[str], list[torch.Tensor]]:
+    """Targets of tensor-valued get_attr nodes, and a fake value for each."""
+    targets: list[str] = []
+    values: list[torch.Tensor] = []
+    for node in gm.graph.nodes:
+        if node.op != "get_attr" or node.target in targets:
+            continue
+        attr = _fetch_attr(gm, node.target)
+        if not isinstance(attr, torch.Tensor):
+            continue
+        val = node.meta.get("val")
+        if not (isinstance(val, FakeTensor) and val.fake_mode is fake_mode):
+            val = _to_fake(fake_mode, attr) if not isinstance(attr, FakeTensor) else attr
+        targets.append(node.target)
+        values.append(val)
+    return targets, values
+
+
+def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
+    obj: Any = module
+    for i, atom in enumerate(target.split(".")):
+        if not hasattr(obj, atom):
+            path = ".".join(target.split(".")[:i])
+            raise AttributeError(f"get_attr target {target!r}: no attribute {atom!r} in {path!r}")
+        obj = getattr(obj, atom)
+    return obj
+
+
+class _AttrLiftingInterpreter(fx.Interpreter):
+    """Runs ``gm`` on flat arguments: its placeholders, then its tensor attributes."""
+
+    def __init__(self, gm: fx.GraphModule, attr_targets: list[str]) -> None:
+        super().__init__(gm)
+        self._attr_targets = attr_targets
+        self._attr_values: dict[str, Any] = {}
+
+    def run_flat(self, *args: Any) -> Any:
+        split = len(args) - len(self._attr_targets)
+        self._attr_values = dict(zip(self._attr_targets, args[split:]))
+        try:
+            return self.run(*args[:split], enable_io_processing=False)
+        finally:
+            self._attr_values = {}
+
+    def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
+        if target in self._attr_values:
+            return self._attr_values[target]
+        return super().get_attr(target, args, kwargs)
+
+
+def _rebuild(
+    gm: fx.GraphModule,
+    traced: fx.GraphModule,
+    placeholders: list[fx.Node],
+    attr_targets: list[str],
+) -> fx.GraphModule:
+    """Copy ``traced`` into a graph with ``gm``'s placeholders, attribute names and codegen."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    attrs: dict[str, Any] = {t: _fetch_attr(gm, t) for t in attr_targets}
+    traced_inputs = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    user_inputs = traced_inputs[: len(placeholders)]
+    attr_inputs = traced_inputs[len(placeholders) :]
+    for original, new in zip(placeholders, user_inputs):
+        env[new] = _copy_placeholder(graph, original, new)
+    original_attr_meta = _get_attr_meta(gm)
+    for target, new in zip(attr_targets, attr_inputs):
+        node = graph.get_attr(target)
+        node.meta = {**original_attr_meta.get(target, {}), **new.meta}
+        env[new] = node
+    renamed: dict[str, str] = {}  # attributes the retrace created -> name in the result
+    for node in traced.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        copied = graph.node_copy(node, lambda n: env[n])
+        if node.op == "get_attr":
+            if node.target not in renamed:
+                renamed[node.target] = _fresh_attr_name(node.target, attrs)
+                attrs[renamed[node.target]] = _fetch_attr(traced, node.target)
+            copied.target = renamed[node.target]
+        env[node] = copied
+    graph.set_codegen(copy.copy(gm.graph._codegen))
+    eliminate_dead_pure_nodes(graph)
+    graph.lint()
+    result = fx.GraphModule(attrs, graph)
+    result.meta.update(getattr(gm, "meta", {}))
+    return result
+
+
+def _copy_placeholder(graph: fx.Graph, original: fx.Node, traced: fx.Node) -> fx.Node:
+    default = original.args[0] if original.args else inspect.Signature.empty
+    node = graph.placeholder(original.target, type_expr=original.type, default_value=default)
+    node.meta = {**original.meta, **traced.meta}
+    return node
+
+
+def _get_attr_meta(gm: fx.GraphModule) -> dict[str, dict[str, Any]]:
+    return {n.target: n.meta for n in gm.graph.nodes if n.op == "get_attr"}
+
+
+def _fresh_attr_name(name: str, taken: Mapping[str, Any]) -> str:
+    """``name``, or a numbered variant when the original graph already uses it."""
+    if name not in taken:
+        return name
+    i = 0
+    while f"{name}_kiln{i}" in taken:
+        i += 1
+    return f"{name}_kiln{i}"

@@ -1,0 +1,20 @@
+"""kiln.loopir: a define-by-run loop-level IR.
+
+`lower(gm)` turns a functional ATen graph into a `KernelGraph`: fused `Kernel`s of
+`Pointwise`/`Reduction` loop bodies plus extern calls (mm, addmm, bmm). Loop bodies are
+written against an ops handler passed in explicitly; `ReadsWrites`, `Printer`, the reference
+evaluator (calling a `Kernel`) and the codegens are such handlers.
+"""
+
+from ._internal.api import lower, verify
+from ._internal.ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction
+from ._internal.kernel_graph import KernelGraph
+from ._internal.lower import ExternCall, LoweringError
+from ._internal.ops import OPS, OpsHandler
+from ._internal.registry import supported_ops
+from ._internal.sizes import FloorDiv, index_vars
+
+__all__ = [
+    "lower", "verify", "supported_ops", "KernelGraph", "Kernel", "ComputedBuffer", "Pointwise",
+    "Reduction", "BufferSpec", "ExternCall", "LoweringError", "OpsHandler", "OPS", "FloorDiv", "index_vars",
+]

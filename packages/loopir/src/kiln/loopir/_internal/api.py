@@ -1,0 +1,31 @@
+"""Public entry points: `lower` and `verify` (in `verify.py`)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch.fx as fx
+
+from .kernel_graph import KernelGraph, build_kernel_graph
+from .lower import LoweringError, lower_graph
+from .registry import Lowerings
+from .schedule import schedule
+from .verify import verify
+
+log = logging.getLogger(__name__)
+
+
+def lower(gm: fx.GraphModule, *, lowerings: Lowerings | None = None) -> KernelGraph:
+    """Lower a functional ATen graph (every node with meta["val"]) to a scheduled `KernelGraph`.
+
+    Raises `LoweringError` naming the node (and its source line) that cannot be lowered.
+    """
+    lowered = lower_graph(gm, lowerings)
+    plan = schedule(lowered)
+    kg = build_kernel_graph(gm, lowered, plan)
+    log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),
+              len(kg.kernels), len(kg.externs))
+    return kg
+
+
+__all__ = ["lower", "verify", "LoweringError"]

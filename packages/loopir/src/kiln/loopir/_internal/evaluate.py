@@ -1,0 +1,163 @@
+"""The reference evaluator: runs a `Kernel` with torch, vectorized over its whole iteration space.
+
+It is an ops handler like any codegen, so it checks lowering and scheduling without compiling
+anything. Index variables are broadcast `arange` tensors; loads and stores index flat views of
+each buffer starting at its first element, exactly as generated code does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+import torch
+
+from .ir import Kernel
+from .ops import OpsHandler
+from .sizes import FloorDiv, evaluate_expr, index_vars
+
+
+def eval_index(expr: Any, env: dict[sympy.Symbol, Any]) -> Any:
+    """Evaluate an index expression; symbols bound to ints or int64 tensors."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return int(expr)
+    if isinstance(expr, sympy.Symbol):
+        return env[expr]
+    args = [eval_index(a, env) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return _fold(args, lambda a, b: a + b)
+    if isinstance(expr, sympy.Mul):
+        return _fold(args, lambda a, b: a * b)
+    if isinstance(expr, FloorDiv):
+        return args[0] // args[1]
+    if isinstance(expr, sympy.Mod):
+        return args[0] % args[1]
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp >= 0:
+        return args[0] ** int(expr.exp)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        pick = torch.maximum if isinstance(expr, sympy.Max) else torch.minimum
+        return _fold([torch.as_tensor(a) for a in args], pick)
+    raise NotImplementedError(f"reference evaluator cannot evaluate index expression {expr}")
+
+
+def _fold(values: list[Any], fn: Any) -> Any:
+    result = values[0]
+    for v in values[1:]:
+        result = fn(result, v)
+    return result
+
+
+_TORCH_FUNCS = {
+    "neg": torch.neg, "exp": torch.exp, "log": torch.log, "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh, "relu": torch.relu, "abs": torch.abs, "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "logical_not": torch.logical_not,
+    "identity": lambda x: x,
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.true_divide,
+    "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow,
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+    "logical_and": torch.logical_and, "logical_or": torch.logical_or,
+}
+
+
+class TorchHandler(OpsHandler):
+    """Computes a loop body on whole tensors of index values."""
+
+    def __init__(self, buffers: dict[str, torch.Tensor], env: dict[sympy.Symbol, Any],
+                 shape: tuple[int, ...], reduced_dims: int) -> None:
+        self.buffers = buffers
+        self.env = env
+        self.shape = shape
+        self.reduced_dims = reduced_dims
+
+    def load(self, name: str, index: sympy.Expr) -> torch.Tensor:
+        return self.buffers[name][torch.as_tensor(eval_index(index, self.env))]
+
+    def store(self, name: str, index: sympy.Expr, value: torch.Tensor) -> None:
+        idx = torch.broadcast_to(torch.as_tensor(eval_index(index, self.env)), self.shape)
+        buf = self.buffers[name]
+        buf[idx] = torch.broadcast_to(torch.as_tensor(value), self.shape).to(buf.dtype)
+
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> torch.Tensor:
+        value = torch.broadcast_to(torch.as_tensor(value), self.shape).to(dtype)
+        dims = tuple(range(len(self.shape) - self.reduced_dims, len(self.shape)))
+        if not dims:
+            return value
+        if reduction_type == "sum":
+            return value.sum(dims, dtype=dtype)
+        return value.amax(dims) if reduction_type == "max" else value.amin(dims)
+
+    def store_reduction(self, name: str, index: sympy.Expr, value: torch.Tensor) -> None:
+        # The output index does not depend on reduction variables: their axes have size 1 in
+        # it, so it is indexed on the outer shape even when a reduction range is empty.
+        outer = self.shape[:len(self.shape) - self.reduced_dims]
+        idx = torch.as_tensor(eval_index(index, self.env))
+        idx = torch.broadcast_to(idx, outer + (1,) * self.reduced_dims).reshape(outer)
+        buf = self.buffers[name]
+        buf[idx] = torch.broadcast_to(value, outer).to(buf.dtype)
+
+    def constant(self, value: Any, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(value, dtype=dtype)
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> torch.Tensor:
+        return torch.as_tensor(eval_index(expr, self.env)).to(dtype)
+
+    def to_dtype(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return x.to(dtype)
+
+    def where(self, cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.where(cond, a, b)
+
+
+def _torch_op(name: str):
+    fn = _TORCH_FUNCS[name]
+
+    def op(self: TorchHandler, *args: torch.Tensor) -> torch.Tensor:
+        return fn(*args)
+
+    op.__name__ = name
+    return op
+
+
+for _name in _TORCH_FUNCS:
+    setattr(TorchHandler, _name, _torch_op(_name))
+
+
+def _flat_storage(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of `t`'s memory from its first element to its last."""
+    span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
+    return t.as_strided((span,), (1,), t.storage_offset())
+
+
+def _grid(ranges: Sequence[int], prefix_vars: Sequence[sympy.Symbol], rank: int, start: int) -> dict:
+    env = {}
+    for k, (var, n) in enumerate(zip(prefix_vars, ranges)):
+        shape = [1] * rank
+        shape[start + k] = n
+        env[var] = torch.arange(n, dtype=torch.int64).view(shape)
+    return env
+
+
+def evaluate_kernel(kernel: Kernel, args: Sequence[Any]) -> tuple[torch.Tensor, ...]:
+    """Run `kernel` on `args` (input tensors, then one int per size symbol)."""
+    n_in = len(kernel.inputs)
+    if len(args) != n_in + len(kernel.symbols):
+        raise TypeError(f"{kernel.name} takes {n_in} tensors and {len(kernel.symbols)} sizes, got {len(args)} args")
+    bindings = {s: int(v) for s, v in zip(kernel.symbols, args[n_in:])}
+    buffers = {spec.name: _flat_storage(t) for spec, t in zip(kernel.inputs, args[:n_in])}
+    results = {}
+    for node in kernel.nodes:
+        size = [evaluate_expr(s, bindings) for s in node.spec.size]
+        results[node.name] = torch.empty(size, dtype=node.spec.dtype)
+        buffers[node.name] = results[node.name].view(-1)
+        ranges = [evaluate_expr(s, bindings) for s in node.ranges]
+        rranges = [evaluate_expr(s, bindings) for s in node.reduction_ranges]
+        rank = len(ranges) + len(rranges)
+        ivars, rvars = index_vars(len(ranges)), index_vars(len(rranges), "r")
+        env: dict[sympy.Symbol, Any] = dict(bindings)
+        env.update(_grid(ranges, ivars, rank, 0))
+        env.update(_grid(rranges, rvars, rank, len(ranges)))
+        handler = TorchHandler(buffers, env, tuple(ranges) + tuple(rranges), len(rranges))
+        node.run(handler, ivars, rvars)
+    return tuple(results[o.name] for o in kernel.outputs)

@@ -1,0 +1,197 @@
+"""`KernelGraph`: the scheduled program as an FX GraphModule that calls kernels and externs.
+
+Its placeholders are those of the ATen graph it came from (same calling convention). Kernel
+nodes call `Kernel` objects (the reference evaluator until a codegen swaps in compiled code),
+extern nodes call the ATen op itself, and size symbols needed at run time are read off input
+tensors with `aten.sym_size` / `aten.sym_stride`, so the module runs as-is under any shapes
+its guards allow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+import torch
+import torch.fx as fx
+
+from .ir import Kernel
+from .lower import ExternCall, LoweredGraph, LoweringError
+from .schedule import FusionDecision, Schedule
+from .sizes import FloorDiv
+from .values import StridedView
+
+aten = torch.ops.aten
+
+
+def strided_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
+    """`tensor` seen with new sizes/strides; `offset` counts from tensor's first element."""
+    return tensor.as_strided(size, stride, tensor.storage_offset() + offset)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelGraph:
+    """A lowered, scheduled graph: `gm` runs it; `kernels` and `decisions` describe it."""
+
+    gm: fx.GraphModule
+    kernels: tuple[Kernel, ...]
+    externs: tuple[ExternCall, ...]
+    decisions: tuple[FusionDecision, ...]
+
+    def __call__(self, *args: Any) -> Any:
+        return self.gm(*args)
+
+    def __str__(self) -> str:
+        parts = [self.gm.code.strip()]
+        parts += [str(k) for k in self.kernels]
+        parts += [str(e) for e in self.externs]
+        decisions = "\n".join(["fusion decisions:"] + ["  " + str(d) for d in self.decisions])
+        return "\n\n".join(parts + [decisions])
+
+    def with_kernels(self, compiled: dict[str, Callable[..., Any]]) -> fx.GraphModule:
+        """A copy of `gm` whose kernel calls go to `compiled[kernel.name]` (for codegens)."""
+        graph = fx.Graph()
+        env: dict[fx.Node, fx.Node] = {}
+        for node in self.gm.graph.nodes:
+            new = graph.node_copy(node, lambda n: env[n])
+            if isinstance(node.target, Kernel):
+                new.target = compiled[node.target.name]
+            env[node] = new
+        gm = fx.GraphModule(self.gm, graph)
+        return gm
+
+
+class _Builder:
+    def __init__(self, source: fx.GraphModule, lowered: LoweredGraph) -> None:
+        self.source = source
+        self.lowered = lowered
+        self.graph = fx.Graph()
+        self.root = torch.nn.Module()
+        self.buffers: dict[str, fx.Node] = {}
+        self.symbols: dict[sympy.Symbol, fx.Node] = {}
+        self.symbol_sources: dict[sympy.Symbol, tuple[str, int, str]] = {}
+
+    def inputs(self) -> None:
+        for graph_input in self.lowered.inputs:
+            if graph_input.kind == "get_attr":
+                value = _get_attr(self.source, graph_input.target)
+                attr = graph_input.node_name
+                setattr(self.root, attr, value) if not isinstance(value, torch.Tensor) else \
+                    self.root.register_buffer(attr, value)
+                node = self.graph.get_attr(attr)
+            else:
+                node = self.graph.placeholder(graph_input.node_name)
+            if graph_input.spec is not None:
+                self.buffers[graph_input.spec.name] = node
+                for dim, (size, stride) in enumerate(zip(graph_input.spec.size, graph_input.spec.stride)):
+                    self._offer_symbol(size, graph_input.node_name, dim, "size")
+                    self._offer_symbol(stride, graph_input.node_name, dim, "stride")
+            elif isinstance(graph_input.symbol, sympy.Symbol):
+                self.symbols[graph_input.symbol] = node
+
+    def _offer_symbol(self, expr: sympy.Expr, name: str, dim: int, kind: str) -> None:
+        if isinstance(expr, sympy.Symbol) and expr not in self.symbol_sources:
+            self.symbol_sources[expr] = (name, dim, kind)
+
+    def symbol(self, sym: sympy.Symbol) -> fx.Node:
+        if sym not in self.symbols:
+            if sym not in self.symbol_sources:
+                raise LoweringError(f"size symbol {sym} is not a size or stride of any graph input, "
+                                    "and no SymInt input provides it")
+            name, dim, kind = self.symbol_sources[sym]
+            op = aten.sym_size.int if kind == "size" else aten.sym_stride.int
+            self.symbols[sym] = self.graph.call_function(op, (self.buffers[name], dim))
+        return self.symbols[sym]
+
+    def expr(self, expr: Any) -> Any:
+        """A sympy size expression as an int or as FX nodes computing it at run time."""
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return int(expr)
+        if isinstance(expr, sympy.Symbol):
+            return self.symbol(expr)
+        ops = {sympy.Add: operator.add, sympy.Mul: operator.mul, FloorDiv: operator.floordiv,
+               sympy.Mod: operator.mod, sympy.Max: torch.sym_max, sympy.Min: torch.sym_min}
+        for kind, fn in ops.items():
+            if isinstance(expr, kind):
+                result = self.expr(expr.args[0])
+                for arg in expr.args[1:]:
+                    result = self.graph.call_function(fn, (result, self.expr(arg)))
+                return result
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp > 0:
+            return self.graph.call_function(operator.pow, (self.expr(expr.base), int(expr.exp)))
+        raise LoweringError(f"cannot compute size expression {expr} at run time")
+
+    def tensor(self, view: StridedView) -> fx.Node:
+        """The FX node for a view of a buffer (the buffer itself when the layout matches)."""
+        base = self.buffers[view.buffer]
+        spec = self._spec(view.buffer)
+        if list(view.size) == list(spec.size) and list(view.stride) == list(spec.stride) and view.offset == 0:
+            return base
+        return self.graph.call_function(strided_view, (
+            base, [self.expr(s) for s in view.size], [self.expr(s) for s in view.stride], self.expr(view.offset)))
+
+    def _spec(self, name: str):
+        for graph_input in self.lowered.inputs:
+            if graph_input.spec is not None and graph_input.spec.name == name:
+                return graph_input.spec
+        for step in self.lowered.steps:
+            if step.name == name:
+                return step.spec
+        raise KeyError(name)
+
+    def kernel(self, kernel: Kernel) -> None:
+        args = [self.buffers[i.name] for i in kernel.inputs] + [self.symbol(s) for s in kernel.symbols]
+        call = self.graph.create_node("call_function", kernel, tuple(args), name=kernel.name)
+        for pos, out in enumerate(kernel.outputs):
+            self.buffers[out.name] = self.graph.create_node(
+                "call_function", operator.getitem, (call, pos), name=out.name)
+
+    def extern(self, extern: ExternCall) -> None:
+        def convert(arg: Any) -> Any:
+            if isinstance(arg, StridedView):
+                return self.tensor(arg)
+            if isinstance(arg, (list, tuple)):
+                return type(arg)(convert(a) for a in arg)
+            if isinstance(arg, sympy.Expr):
+                return self.expr(arg)
+            return arg
+
+        args = tuple(convert(a) for a in extern.args)
+        kwargs = {k: convert(v) for k, v in extern.kwargs}
+        self.buffers[extern.name] = self.graph.create_node(
+            "call_function", extern.op, args, kwargs, name=extern.name)
+
+    def output(self, as_tuple: bool) -> None:
+        outs = []
+        for value in self.lowered.outputs:
+            if isinstance(value, StridedView):
+                outs.append(self.tensor(value))
+            elif isinstance(value, sympy.Expr):
+                outs.append(self.expr(value))
+            else:
+                outs.append(value)
+        self.graph.output(tuple(outs) if as_tuple else outs[0])
+
+
+def _get_attr(gm: fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_kernel_graph(source: fx.GraphModule, lowered: LoweredGraph, plan: Schedule) -> KernelGraph:
+    builder = _Builder(source, lowered)
+    builder.inputs()
+    for item in plan.items:
+        builder.kernel(item) if isinstance(item, Kernel) else builder.extern(item)
+    output_node = next(n for n in source.graph.nodes if n.op == "output")
+    builder.output(isinstance(output_node.args[0], (tuple, list)))
+    gm = fx.GraphModule(builder.root, builder.graph)
+    kernels = tuple(i for i in plan.items if isinstance(i, Kernel))
+    externs = tuple(i for i in plan.items if isinstance(i, ExternCall))
+    return KernelGraph(gm, kernels, externs, plan.decisions)

@@ -1,0 +1,250 @@
+"""`lower(gm)`: an ATen FX graph -> a list of steps (computed buffers and extern calls).
+
+The walk is define-by-run: each ATen node's lowering builds a `StridedView` or a `Lazy`
+value from its inputs' values. Lazy values are inlined into their consumers (vertical fusion
+by construction) and realized into a `ComputedBuffer` only when needed: a reduction result,
+a value with several users, an extern's input, or a graph output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+import torch
+import torch.fx as fx
+
+from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
+from .registry import Lowerings, default_lowerings
+from .sizes import Expr, to_expr, to_exprs
+from .values import Lazy, StridedView, Value
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
+
+
+class LoweringError(NotImplementedError):
+    """An ATen node loopir cannot lower; the message names the node and its source line."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExternCall:
+    """A call of a library kernel (mm, addmm, ...) on realized buffers."""
+
+    spec: BufferSpec  # the output buffer, laid out as the op returns it
+    op: torch._ops.OpOverload
+    args: tuple[Any, ...]  # StridedView for tensors, sympy expressions or constants otherwise
+    kwargs: tuple[tuple[str, Any], ...]
+    origins: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def reads(self) -> set[str]:
+        values = list(self.args) + [v for _, v in self.kwargs]
+        return {v.buffer for v in values if isinstance(v, StridedView)}
+
+    def __str__(self) -> str:
+        args = ", ".join(_describe(a) for a in self.args)
+        return f"{self.spec} = extern {self.op}({args})"
+
+
+def _describe(arg: Any) -> str:
+    if isinstance(arg, StridedView):
+        return f"{arg.buffer}[size={list(arg.size)}, stride={list(arg.stride)}, offset={arg.offset}]"
+    return repr(arg)
+
+
+Step = ComputedBuffer | ExternCall
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GraphInput:
+    """A placeholder or get_attr of the ATen graph: a tensor buffer or a size symbol."""
+
+    node_name: str
+    kind: str  # "placeholder" | "get_attr"
+    spec: BufferSpec | None  # None for SymInt / non-tensor inputs
+    symbol: sympy.Expr | None  # the expression of a SymInt placeholder
+    target: str | None = None  # attribute path of a get_attr
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoweredGraph:
+    inputs: tuple[GraphInput, ...]
+    steps: tuple[Step, ...]
+    outputs: tuple[Any, ...]  # StridedView, sympy expression, or a constant (None, int)
+
+
+class LoweringContext:
+    """State of one lowering walk; lowering functions use it to realize values and add steps."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self._counter = 0
+
+    def new_buffer_name(self) -> str:
+        name = f"buf{self._counter}"
+        self._counter += 1
+        return name
+
+    def realize(self, value: Value) -> StridedView:
+        if isinstance(value, StridedView):
+            return value
+        spec = BufferSpec.contiguous(self.new_buffer_name(), value.dtype, value.size)
+        self.steps.append(ComputedBuffer(spec, Pointwise(value.size, value.inner_fn, value.dtype),
+                                         value.origins))
+        return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
+
+    def add_reduction(self, reduction: Reduction, size: Sequence[Expr], origin: str) -> StridedView:
+        spec = BufferSpec.contiguous(self.new_buffer_name(), reduction.dtype, size)
+        self.steps.append(ComputedBuffer(spec, reduction, (origin,)))
+        return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
+
+    def add_extern(self, node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> StridedView:
+        val = node.meta["val"]
+        realized = tuple(self.realize(a) if isinstance(a, (Lazy, StridedView)) else a for a in args)
+        spec = BufferSpec(self.new_buffer_name(), val.dtype, to_exprs(val.shape), to_exprs(val.stride()))
+        self.steps.append(ExternCall(spec, node.target, realized, tuple(kwargs.items()), (node.name,)))
+        return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
+
+
+def node_location(node: fx.Node) -> str:
+    trace = node.meta.get("stack_trace") or ""
+    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
+    where = f" (from {lines[-2]}: {lines[-1]})" if len(lines) >= 2 else ""
+    return f"node {node.name!r} = {node.target}{where}"
+
+
+def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None) -> LoweredGraph:
+    """Walk `gm` (functional ATen with meta["val"]) and build its loopir steps."""
+    table = lowerings if lowerings is not None else default_lowerings()
+    ctx = LoweringContext()
+    env: dict[fx.Node, Any] = {}
+    inputs: list[GraphInput] = []
+    outputs: tuple[Any, ...] = ()
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            graph_input, env[node] = _lower_input(gm, node)
+            inputs.append(graph_input)
+        elif node.op == "call_function":
+            env[node] = _lower_call(ctx, table, node, env)
+        elif node.op == "output":
+            outputs = _lower_outputs(ctx, node, env)
+        else:
+            raise LoweringError(f"loopir lowers ATen call_function graphs; got {node.op} {node_location(node)}")
+    return LoweredGraph(tuple(inputs), tuple(ctx.steps), outputs)
+
+
+def _lower_input(gm: fx.GraphModule, node: fx.Node) -> tuple[GraphInput, Any]:
+    if node.op == "placeholder" and "val" not in node.meta:
+        raise LoweringError(f"placeholder {node.name!r} has no meta['val']; loopir lowers graphs traced "
+                            "with fake tensors (make_fx, torch.export, Dynamo)")
+    val = node.meta.get("val")
+    if node.op == "get_attr" and val is None:
+        val = _get_attr(gm, node.target)
+    target = node.target if node.op == "get_attr" else None
+    if isinstance(val, torch.Tensor):
+        _check_dtype(node, val.dtype)
+        spec = BufferSpec(node.name, val.dtype, to_exprs(val.shape), to_exprs(val.stride()))
+        view = StridedView(node.name, val.dtype, spec.size, spec.stride)
+        return GraphInput(node.name, node.op, spec, None, target), view
+    if isinstance(val, (torch.SymInt, int)):
+        expr = to_expr(val)
+        return GraphInput(node.name, node.op, None, expr, target), expr
+    return GraphInput(node.name, node.op, None, None, target), val
+
+
+def _get_attr(gm: fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check_dtype(node: fx.Node, dtype: torch.dtype) -> None:
+    if dtype not in SUPPORTED_DTYPES:
+        raise LoweringError(f"dtype {dtype} is not supported by loopir yet: {node_location(node)}")
+
+
+# Python arithmetic on SymInts that symbolic tracing records between size queries; the
+# node's meta["val"] already holds the resulting expression.
+SIZE_ARITHMETIC = frozenset({
+    operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
+    torch.sym_max, torch.sym_min,
+})
+
+
+def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
+    if node.target is operator.getitem:
+        return env[node.args[0]][node.args[1]]
+    if "val" not in node.meta:
+        raise LoweringError(f"{node_location(node)} has no meta['val']; loopir lowers graphs traced with "
+                            "fake tensors (make_fx, torch.export, Dynamo)")
+    if node.target in SIZE_ARITHMETIC:
+        return size_expr(node)
+    if node.target not in table:
+        raise LoweringError(f"no loopir lowering for {node_location(node)}; "
+                            "keep it out of loopir's region (partition with loopir.supported_ops())")
+    for val in _tensor_vals(node.meta.get("val")):
+        _check_dtype(node, val.dtype)
+    args = fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+    args, kwargs = _symbolic_scalars(args), {k: _symbolic_scalars(v) for k, v in kwargs.items()}
+    try:
+        result = table[node.target].fn(ctx, node, *args, **kwargs)
+    except LoweringError:
+        raise
+    except Exception as exc:
+        raise LoweringError(f"lowering failed for {node_location(node)}: {exc}") from exc
+    if isinstance(result, Lazy) and len(node.users) > 1:
+        result = ctx.realize(result)
+    return result
+
+
+def size_expr(node: fx.Node) -> Expr:
+    """The sympy expression of a node computing a size (its meta["val"] is an int or SymInt)."""
+    val = node.meta.get("val")
+    if isinstance(val, bool) or not isinstance(val, (int, torch.SymInt)):
+        raise LoweringError(f"expected an integer size, got {type(val).__name__}: {node_location(node)}")
+    return to_expr(val)
+
+
+def _symbolic_scalars(args: Any) -> Any:
+    if isinstance(args, (tuple, list)):
+        return type(args)(_symbolic_scalars(a) for a in args)
+    if isinstance(args, torch.SymInt):
+        return to_expr(args)
+    return args
+
+
+def _tensor_vals(val: Any) -> list[torch.Tensor]:
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (tuple, list)):
+        return [v for v in val if isinstance(v, torch.Tensor)]
+    return []
+
+
+def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any]) -> tuple[Any, ...]:
+    (result,) = node.args
+    flat = result if isinstance(result, (tuple, list)) else (result,)
+    outs = []
+    realized: dict[fx.Node, StridedView] = {}  # an output listed twice is computed once
+    for item in flat:
+        if not isinstance(item, fx.Node):
+            outs.append(item)
+            continue
+        value = env[item]
+        if isinstance(value, Lazy):
+            if item not in realized:
+                realized[item] = ctx.realize(value)
+            value = realized[item]
+        outs.append(value)
+    return tuple(outs)

@@ -1,0 +1,174 @@
+"""Lowerings of elementwise ATen ops to `Lazy` values (broadcasting and type promotion here)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+import torch
+import torch.fx as fx
+
+from .registry import Lowerings
+from .sizes import Expr, to_exprs
+from .values import Lazy, StridedView
+
+aten = torch.ops.aten
+TABLE = Lowerings()
+
+
+def broadcast_load(ops: Any, operand: Any, index: Sequence[Expr], dtype: torch.dtype) -> Any:
+    """Read `operand` (a value, a Python scalar or a size expression) at a broadcast index."""
+    if isinstance(operand, (StridedView, Lazy)):
+        rank = len(operand.size)
+        own = index[len(index) - rank:] if rank else ()
+        own = tuple(sympy.Integer(0) if s == 1 else i for i, s in zip(own, operand.size))
+        value = operand.load(ops, own)
+        return value if operand.dtype == dtype else ops.to_dtype(value, dtype)
+    if isinstance(operand, sympy.Expr) and not operand.is_number:
+        return ops.index_expr(operand, dtype)
+    return constant(ops, operand, dtype)
+
+
+def constant(ops: Any, value: Any, dtype: torch.dtype) -> Any:
+    """`ops.constant` with `value` converted to the Python type of `dtype` (as torch does when
+    it casts a scalar operand), so handlers never see e.g. 2.5 as an int64 constant."""
+    if isinstance(value, sympy.Expr):
+        value = int(value) if value.is_Integer else float(value)
+    if dtype == torch.bool:
+        value = bool(value)
+    elif not dtype.is_floating_point and math.isfinite(value):
+        value = int(value)
+    elif dtype.is_floating_point:
+        value = float(value)
+    return ops.constant(value, dtype)
+
+
+def out_dtype_size(node: fx.Node) -> tuple[torch.dtype, tuple[Expr, ...]]:
+    val = node.meta["val"]
+    return val.dtype, to_exprs(val.shape)
+
+
+def promoted_dtype(a: Any, b: Any) -> torch.dtype:
+    """The dtype torch computes a comparison of `a` and `b` in (`torch.result_type` rules:
+    dimensioned tensors over 0-d tensors over Python scalars, each only across categories)."""
+    return torch.result_type(_promotion_probe(a), _promotion_probe(b))
+
+
+def _promotion_probe(operand: Any) -> Any:
+    """A stand-in with the promotion-relevant traits of `operand`: dtype and 0-d or not."""
+    if isinstance(operand, (StridedView, Lazy)):
+        return torch.empty((1,) if operand.size else (), dtype=operand.dtype)
+    if isinstance(operand, sympy.Expr):
+        return 1 if operand.is_integer else 1.0
+    return operand
+
+
+def pointwise(node: fx.Node, fn: Callable[..., Any], *operands: Any,
+              compute_dtype: torch.dtype | None = None) -> Lazy:
+    """A Lazy value computing `fn(ops, *loaded_operands)` in `compute_dtype` at every index."""
+    out_dtype, out_size = out_dtype_size(node)
+    dtype = compute_dtype or out_dtype
+
+    def inner(ops: Any, index: tuple[Expr, ...]) -> Any:
+        loaded = [broadcast_load(ops, o, index, dtype) for o in operands]
+        result = fn(ops, *loaded)
+        return result if dtype == out_dtype else ops.to_dtype(result, out_dtype)
+
+    return Lazy(out_dtype, out_size, inner, (node.name,))
+
+
+def _scaled(ops: Any, value: Any, alpha: Any, dtype: torch.dtype) -> Any:
+    return value if alpha == 1 else ops.mul(value, constant(ops, alpha, dtype))
+
+
+@TABLE.register("pointwise", aten.add.Tensor, aten.add.Scalar)
+def lower_add(ctx, node, a, b, alpha=1):  # alpha is positional in the .Scalar overload
+    dtype = node.meta["val"].dtype
+    return pointwise(node, lambda ops, x, y: ops.add(x, _scaled(ops, y, alpha, dtype)), a, b)
+
+
+@TABLE.register("pointwise", aten.sub.Tensor, aten.sub.Scalar)
+def lower_sub(ctx, node, a, b, alpha=1):
+    dtype = node.meta["val"].dtype
+    return pointwise(node, lambda ops, x, y: ops.sub(x, _scaled(ops, y, alpha, dtype)), a, b)
+
+
+@TABLE.register("pointwise", aten.div.Tensor, aten.div.Scalar)
+def lower_div(ctx, node, a, b):
+    return pointwise(node, lambda ops, x, y: ops.truediv(x, y), a, b)
+
+
+def _binary(op_name: str):
+    def lower(ctx, node, a, b):
+        return pointwise(node, lambda ops, x, y: getattr(ops, op_name)(x, y), a, b)
+
+    lower.__name__ = f"lower_{op_name}"
+    return lower
+
+
+for _op_name, _overloads in {
+    "mul": (aten.mul.Tensor, aten.mul.Scalar),
+    "maximum": (aten.maximum.default,),
+    "minimum": (aten.minimum.default,),
+    "pow": (aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor),
+}.items():
+    TABLE.register("pointwise", *_overloads)(_binary(_op_name))
+
+
+def _unary(op_name: str):
+    def lower(ctx, node, a):
+        return pointwise(node, lambda ops, x: getattr(ops, op_name)(x), a)
+
+    lower.__name__ = f"lower_{op_name}"
+    return lower
+
+
+for _op_name in ("neg", "exp", "log", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "reciprocal"):
+    TABLE.register("pointwise", getattr(aten, _op_name).default)(_unary(_op_name))
+
+
+def _comparison(op_name: str):
+    def lower(ctx, node, a, b):
+        return pointwise(node, lambda ops, x, y: getattr(ops, op_name)(x, y), a, b,
+                         compute_dtype=promoted_dtype(a, b))
+
+    lower.__name__ = f"lower_{op_name}"
+    return lower
+
+
+for _op_name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    _packet = getattr(aten, _op_name)
+    TABLE.register("pointwise", _packet.Tensor, _packet.Scalar)(_comparison(_op_name))
+
+
+@TABLE.register("pointwise", aten.logical_not.default)
+def lower_logical_not(ctx, node, a):
+    return pointwise(node, lambda ops, x: ops.logical_not(x), a, compute_dtype=torch.bool)
+
+
+@TABLE.register("pointwise", aten.where.self)
+def lower_where(ctx, node, cond, a, b):
+    dtype = node.meta["val"].dtype
+    out_dtype, out_size = out_dtype_size(node)
+
+    def inner(ops: Any, index: tuple[Expr, ...]) -> Any:
+        c = broadcast_load(ops, cond, index, torch.bool)
+        return ops.where(c, broadcast_load(ops, a, index, dtype), broadcast_load(ops, b, index, dtype))
+
+    return Lazy(out_dtype, out_size, inner, (node.name,))
+
+
+@TABLE.register("pointwise", aten.clone.default, aten._to_copy.default, aten.lift_fresh_copy.default)
+def lower_copy(ctx, node, a, **kwargs):
+    device = kwargs.get("device")
+    if device is not None and torch.device(device) != node.args[0].meta["val"].device:
+        raise NotImplementedError("device-changing _to_copy is not lowered")
+    return pointwise(node, lambda ops, x: x, a, compute_dtype=node.meta["val"].dtype)
+
+
+@TABLE.register("constant", aten.scalar_tensor.default, aten.full.default)
+def lower_full(ctx, node, *args, **kwargs):
+    value = args[-1]
+    return pointwise(node, lambda ops, x: x, value)

@@ -1,0 +1,176 @@
+"""Lowerings of views (no copies: strides or index functions), size queries and extern calls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+import torch
+
+from .lower import size_expr
+from .registry import Lowerings
+from .sizes import Expr, contiguous_strides, flat_index, to_expr, to_exprs, unflatten
+from .values import StridedView, as_lazy
+
+aten = torch.ops.aten
+TABLE = Lowerings()
+
+
+def _out_size(node) -> tuple[Expr, ...]:
+    return to_exprs(node.meta["val"].shape)
+
+
+def _remap(value, size, view_size, view_stride, offset, index_fn, origin):
+    """Apply a view: as new strides when `value` is a buffer, as an index function otherwise."""
+    if isinstance(value, StridedView):
+        return StridedView(value.buffer, value.dtype, tuple(view_size), tuple(view_stride), offset)
+    return as_lazy(value, size, index_fn, origin)
+
+
+@TABLE.register("view", aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def lower_view(ctx, node, x, shape):
+    size = _out_size(node)
+    if isinstance(x, StridedView) and x.is_contiguous():
+        return StridedView(x.buffer, x.dtype, size, contiguous_strides(size), x.offset)
+    out_strides = contiguous_strides(size)
+    return as_lazy(x, size, lambda idx: unflatten(flat_index(idx, out_strides), x.size), node.name)
+
+
+@TABLE.register("view", aten.alias.default, aten.detach.default)
+def lower_alias(ctx, node, x):
+    return x
+
+
+@TABLE.register("view", aten.permute.default)
+def lower_permute(ctx, node, x, dims):
+    rank = len(x.size)
+    dims = [d % rank for d in dims]
+    inverse = [dims.index(k) for k in range(rank)]
+    size = [x.size[d] for d in dims]
+    stride = [x.stride[d] for d in dims] if isinstance(x, StridedView) else None
+    offset = x.offset if isinstance(x, StridedView) else None
+    return _remap(x, size, size, stride, offset, lambda idx: tuple(idx[inverse[k]] for k in range(rank)),
+                  node.name)
+
+
+@TABLE.register("view", aten.t.default)
+def lower_t(ctx, node, x):
+    return lower_permute(ctx, node, x, [1, 0]) if len(x.size) == 2 else x
+
+
+@TABLE.register("view", aten.transpose.int)
+def lower_transpose(ctx, node, x, d0, d1):
+    rank = len(x.size)
+    dims = list(range(rank))
+    if rank:
+        dims[d0 % rank], dims[d1 % rank] = dims[d1 % rank], dims[d0 % rank]
+    return lower_permute(ctx, node, x, dims)
+
+
+@TABLE.register("view", aten.expand.default)
+def lower_expand(ctx, node, x, sizes, *, implicit=False):
+    size = _out_size(node)
+    lead = len(size) - len(x.size)
+
+    def index_fn(idx: Sequence[Expr]) -> tuple[Expr, ...]:
+        own = idx[lead:]
+        return tuple(sympy.Integer(0) if s == 1 else i for i, s in zip(own, x.size))
+
+    if isinstance(x, StridedView):
+        stride = [sympy.Integer(0)] * lead + [
+            sympy.Integer(0) if (s == 1 and o != 1) else st for s, st, o in zip(x.size, x.stride, size[lead:])]
+        return StridedView(x.buffer, x.dtype, size, tuple(stride), x.offset)
+    return as_lazy(x, size, index_fn, node.name)
+
+
+@TABLE.register("view", aten.unsqueeze.default)
+def lower_unsqueeze(ctx, node, x, dim):
+    dim = dim % (len(x.size) + 1)
+    size = list(x.size[:dim]) + [sympy.Integer(1)] + list(x.size[dim:])
+    if isinstance(x, StridedView):
+        stride = list(x.stride[:dim]) + [sympy.Integer(1)] + list(x.stride[dim:])
+        return StridedView(x.buffer, x.dtype, tuple(size), tuple(stride), x.offset)
+    return as_lazy(x, size, lambda idx: tuple(idx[:dim]) + tuple(idx[dim + 1:]), node.name)
+
+
+@TABLE.register("view", aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def lower_squeeze(ctx, node, x, dims=None):
+    rank = len(x.size)
+    if dims is None:
+        candidates = range(rank)
+    else:
+        candidates = [d % rank for d in ([dims] if isinstance(dims, int) else dims)] if rank else []
+    removed = {d for d in candidates if x.size[d] == 1}
+    kept = [d for d in range(rank) if d not in removed]
+    size = [x.size[d] for d in kept]
+
+    def index_fn(idx: Sequence[Expr]) -> tuple[Expr, ...]:
+        full = [sympy.Integer(0)] * rank
+        for pos, d in enumerate(kept):
+            full[d] = idx[pos]
+        return tuple(full)
+
+    if isinstance(x, StridedView):
+        return StridedView(x.buffer, x.dtype, tuple(size), tuple(x.stride[d] for d in kept), x.offset)
+    return as_lazy(x, size, index_fn, node.name)
+
+
+@TABLE.register("view", aten.slice.Tensor)
+def lower_slice(ctx, node, x, dim=0, start=None, end=None, step=1):
+    dim = dim % len(x.size)
+    size = list(_out_size(node))
+    begin = _slice_start(start, x.size[dim], size[dim])
+
+    def index_fn(idx: Sequence[Expr]) -> tuple[Expr, ...]:
+        return tuple(begin + i * step if k == dim else i for k, i in enumerate(idx))
+
+    if isinstance(x, StridedView):
+        stride = list(x.stride)
+        stride[dim] = x.stride[dim] * step
+        return StridedView(x.buffer, x.dtype, tuple(size), tuple(stride), x.offset + begin * x.stride[dim])
+    return as_lazy(x, size, index_fn, node.name)
+
+
+def _slice_start(start: Any, dim_size: Expr, out_len: Expr) -> Expr:
+    """The first index a slice reads, clamped into `[0, dim_size]` as torch does.
+
+    With a symbolic `dim_size` torch decides the clamp under a shape guard; its output length
+    shows which way it went: no Max/Min in it means the start was in range.
+    """
+    if start is None:
+        return sympy.Integer(0)
+    start = to_expr(start)
+    if not start.is_number:
+        return start
+    if start < 0:
+        shifted = start + dim_size
+        if dim_size.is_number or out_len.has(sympy.Max, sympy.Min):
+            return sympy.Max(shifted, 0)
+        return shifted
+    return sympy.Min(start, dim_size) if dim_size.is_number else start
+
+
+@TABLE.register("view", aten.select.int)
+def lower_select(ctx, node, x, dim, index):
+    dim = dim % len(x.size)
+    index = to_expr(index)
+    if index.is_number and index < 0:
+        index = index + x.size[dim]
+    size = [s for k, s in enumerate(x.size) if k != dim]
+    if isinstance(x, StridedView):
+        stride = tuple(s for k, s in enumerate(x.stride) if k != dim)
+        return StridedView(x.buffer, x.dtype, tuple(size), stride, x.offset + index * x.stride[dim])
+    return as_lazy(x, size, lambda idx: tuple(idx[:dim]) + (index,) + tuple(idx[dim:]), node.name)
+
+
+@TABLE.register("extern", aten.mm.default, aten.addmm.default, aten.bmm.default)
+def lower_extern(ctx, node, *args, **kwargs):
+    return ctx.add_extern(node, args, kwargs)
+
+
+
+@TABLE.register("size", aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default)
+def lower_size_query(ctx, node, *args):
+    # Symbolic tracing records these; meta["val"] holds the answer as a size expression.
+    return size_expr(node)

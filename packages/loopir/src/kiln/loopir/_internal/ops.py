@@ -1,0 +1,167 @@
+"""The ops-handler protocol: the vocabulary every loop body is written in.
+
+A loop body (`inner_fn`) never computes anything itself. It calls methods on a handler that it
+is given, e.g. ``ops.add(ops.load("buf0", i), ops.constant(1.0, torch.float32))``. Swapping the
+handler gives a different meaning to the same body: `ReadsWrites` collects the buffers and
+index expressions a body touches, `Printer` renders it as text, the reference evaluator in
+`evaluate.py` computes it with torch, and each codegen emits source code.
+
+`OPS` is the complete protocol: operation name -> number of value operands. Each handler is
+checked against it by a completeness test; a handler that lacks an operation raises
+`UnknownOpError` rather than inventing a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sympy
+import torch
+
+# name -> number of *value* operands (dtype/index/name arguments are not counted).
+UNARY = (
+    "neg", "exp", "log", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "reciprocal",
+    "logical_not", "identity",
+)
+BINARY = (
+    "add", "sub", "mul", "truediv", "maximum", "minimum", "pow",
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
+)
+OPS: dict[str, int] = {
+    **{name: 1 for name in UNARY},
+    **{name: 2 for name in BINARY},
+    "where": 3,
+    "to_dtype": 1,  # to_dtype(x, dtype)
+    "constant": 0,  # constant(value, dtype)
+    "index_expr": 0,  # index_expr(sympy_expr, dtype)
+    "load": 0,  # load(buffer_name, flat_index)
+    "store": 1,  # store(buffer_name, flat_index, value)
+    "reduction": 1,  # reduction(buffer_name, reduction_type, dtype, value) -> accumulator
+    "store_reduction": 1,  # store_reduction(buffer_name, flat_index, accumulator)
+}
+
+REDUCTION_TYPES = ("sum", "max", "min")
+
+
+class UnknownOpError(NotImplementedError):
+    """A handler was asked for an operation it does not implement."""
+
+
+class OpsHandler:
+    """Base class: every operation in `OPS` raises until a subclass defines it."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in OPS:
+            raise UnknownOpError(f"{type(self).__name__} does not implement ops.{name}")
+        raise AttributeError(f"ops.{name} is not part of the loopir ops protocol (see OPS)")
+
+
+def missing_ops(handler_type: type) -> list[str]:
+    """Names in `OPS` that `handler_type` does not define (for completeness tests)."""
+    return [name for name in OPS if not any(name in vars(k) for k in handler_type.__mro__[:-1]
+                                            if k is not OpsHandler)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Access:
+    """One load or store made by a loop body: which buffer, at which flat index."""
+
+    buffer: str
+    index: sympy.Expr
+    kind: str  # "load" | "store"
+
+
+class ReadsWrites(OpsHandler):
+    """Analysis handler: records every buffer access; values are opaque placeholders."""
+
+    def __init__(self) -> None:
+        self.accesses: list[Access] = []
+        self.index_exprs: list[sympy.Expr] = []  # arguments of ops.index_expr (size symbols in values)
+
+    def _value(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def load(self, name: str, index: sympy.Expr) -> None:
+        self.accesses.append(Access(name, sympy.sympify(index), "load"))
+
+    def store(self, name: str, index: sympy.Expr, value: Any) -> None:
+        self.accesses.append(Access(name, sympy.sympify(index), "store"))
+
+    def store_reduction(self, name: str, index: sympy.Expr, value: Any) -> None:
+        self.accesses.append(Access(name, sympy.sympify(index), "store"))
+
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> None:
+        return None
+
+    def constant(self, value: Any, dtype: torch.dtype) -> None:
+        return None
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> None:
+        self.index_exprs.append(sympy.sympify(expr))
+
+    def to_dtype(self, x: Any, dtype: torch.dtype) -> None:
+        return None
+
+    def where(self, cond: Any, a: Any, b: Any) -> None:
+        return None
+
+    @property
+    def reads(self) -> list[Access]:
+        return [a for a in self.accesses if a.kind == "load"]
+
+    @property
+    def writes(self) -> list[Access]:
+        return [a for a in self.accesses if a.kind == "store"]
+
+
+for _name in UNARY + BINARY:
+    setattr(ReadsWrites, _name, ReadsWrites._value)
+
+
+class Printer(OpsHandler):
+    """Renders a loop body as one readable line per operation (used by `str(Kernel)`)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def _emit(self, text: str) -> str:
+        name = f"t{len(self.lines)}"
+        self.lines.append(f"{name} = {text}")
+        return name
+
+    def load(self, name: str, index: sympy.Expr) -> str:
+        return self._emit(f"load({name}, {index})")
+
+    def store(self, name: str, index: sympy.Expr, value: str) -> str:
+        return self._emit(f"store({name}, {index}, {value})")
+
+    def store_reduction(self, name: str, index: sympy.Expr, value: str) -> str:
+        return self._emit(f"store({name}, {index}, {value})")
+
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str) -> str:
+        return self._emit(f"reduce_{reduction_type}({value})")
+
+    def constant(self, value: Any, dtype: torch.dtype) -> str:
+        return self._emit(f"constant({value!r}, {str(dtype).removeprefix('torch.')})")
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
+        return self._emit(f"index_expr({expr}, {str(dtype).removeprefix('torch.')})")
+
+    def to_dtype(self, x: str, dtype: torch.dtype) -> str:
+        return self._emit(f"to_dtype({x}, {str(dtype).removeprefix('torch.')})")
+
+    def where(self, cond: str, a: str, b: str) -> str:
+        return self._emit(f"where({cond}, {a}, {b})")
+
+
+def _printer_op(name: str):
+    def op(self: Printer, *args: str) -> str:
+        return self._emit(f"{name}({', '.join(args)})")
+
+    op.__name__ = name
+    return op
+
+
+for _name in UNARY + BINARY:
+    setattr(Printer, _name, _printer_op(_name))

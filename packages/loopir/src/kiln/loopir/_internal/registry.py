@@ -1,0 +1,61 @@
+"""The table of ATen lowerings: op -> function building loopir values.
+
+Each `lower_*.py` module fills its own `Lowerings` object with the `@table.register(op, ...)`
+decorator right above the implementation; `default_lowerings()` returns a fresh merged
+table, so a caller can add or remove entries without touching anyone else's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+LoweringFn = Callable[..., Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lowering:
+    fn: LoweringFn
+    kind: str  # "pointwise" | "reduction" | "view" | "extern" | "constant"
+
+
+class Lowerings(Mapping[torch._ops.OpOverload, Lowering]):
+    def __init__(self, entries: Mapping[torch._ops.OpOverload, Lowering] | None = None) -> None:
+        self._entries: dict[torch._ops.OpOverload, Lowering] = dict(entries or {})
+
+    def register(self, kind: str, *ops: torch._ops.OpOverload) -> Callable[[LoweringFn], LoweringFn]:
+        def decorate(fn: LoweringFn) -> LoweringFn:
+            for op in ops:
+                if op in self._entries:
+                    raise ValueError(f"{op} already has a lowering ({self._entries[op].fn.__name__})")
+                self._entries[op] = Lowering(fn, kind)
+            return fn
+
+        return decorate
+
+    def __getitem__(self, op: torch._ops.OpOverload) -> Lowering:
+        return self._entries[op]
+
+    def __iter__(self) -> Iterator[torch._ops.OpOverload]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __or__(self, other: Lowerings) -> Lowerings:
+        return Lowerings({**self._entries, **other._entries})
+
+
+def default_lowerings() -> Lowerings:
+    """A fresh table with every lowering loopir ships."""
+    from . import lower_pointwise, lower_reduction, lower_views
+
+    return lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE
+
+
+def supported_ops() -> frozenset[torch._ops.OpOverload]:
+    """The ATen ops loopir can lower (pointwise, reductions, views, externs)."""
+    return frozenset(default_lowerings())

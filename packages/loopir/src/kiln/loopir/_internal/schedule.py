@@ -1,0 +1,178 @@
+"""`schedule`: group computed buffers into fused `Kernel`s and record why.
+
+Fusion rule (vertical fusion): a buffer joins the kernel being built when it iterates over the
+same outer ranges and reads every buffer of that kernel exactly where it was stored (same
+index). Then one loop nest computes them all, and a value consumed only inside the kernel
+never touches memory. Every decision, made or refused, is kept with its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import sympy
+
+from .ir import BufferSpec, ComputedBuffer, Kernel
+from .lower import ExternCall, LoweredGraph
+from .sizes import free_size_symbols, same_exprs
+from .values import StridedView
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FusionDecision:
+    buffer: str
+    kernel: str
+    fused: bool
+    reason: str
+
+    def __str__(self) -> str:
+        verb = "fused into" if self.fused else "starts"
+        return f"{self.buffer} {verb} {self.kernel}: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Schedule:
+    items: tuple[Kernel | ExternCall, ...]
+    decisions: tuple[FusionDecision, ...]
+
+
+@dataclasses.dataclass(slots=True)
+class _Group:
+    name: str
+    members: list[ComputedBuffer]
+    stored: dict[str, sympy.Expr]  # buffer name -> the index its value is stored at
+
+    def add(self, node: ComputedBuffer) -> None:
+        self.members.append(node)
+        self.stored[node.name] = node.accesses().writes[0].index
+
+
+def _fusion_blocker(group: _Group, node: ComputedBuffer) -> str | None:
+    """Why `node` cannot join `group` (None when it can)."""
+    if not same_exprs(group.members[0].ranges, node.ranges):
+        return f"ranges {list(node.ranges)} differ from the kernel's {list(group.members[0].ranges)}"
+    for access in node.accesses().reads:
+        stored = group.stored.get(access.buffer)
+        if stored is not None and sympy.expand(access.index - stored) != 0:
+            return f"reads {access.buffer} at {access.index}, not where it was stored ({stored})"
+    return None
+
+
+def schedule(lowered: LoweredGraph) -> Schedule:
+    """Fuse the steps of `lowered` into kernels, keeping program order valid.
+
+    Steps whose results are never used (dead code in the ATen graph) are dropped first.
+    """
+    items: list[_Group | ExternCall] = []
+    decisions: list[FusionDecision] = []
+    current: _Group | None = None
+    closed_by = "first buffer"
+    for step in _live_steps(lowered):
+        if isinstance(step, ExternCall):
+            # An extern that reads the open kernel needs it finished first; one that does not
+            # lets the kernel keep growing past it (the kernel is then ordered after it).
+            if current is not None and step.reads() & {b.name for b in current.members}:
+                closed_by = f"{current.name} was closed by extern {step.name}, which reads it"
+                current = None
+            items.append(step)
+            continue
+        blocker = _fusion_blocker(current, step) if current is not None else closed_by
+        if blocker is None:
+            current.add(step)
+            decisions.append(FusionDecision(step.name, current.name, True,
+                                            "same ranges, reads kernel buffers where they were stored"))
+            continue
+        current = _Group(f"kernel{sum(isinstance(i, _Group) for i in items)}", [], {})
+        current.add(step)
+        items.append(current)
+        decisions.append(FusionDecision(step.name, current.name, False, blocker))
+    ordered = _dependency_order(items)
+    specs = _buffer_specs(lowered)
+    used_outside = _used_outside(ordered, lowered)
+    result = tuple(_make_kernel(item.name, item.members, specs, used_outside)
+                   if isinstance(item, _Group) else item for item in ordered)
+    return Schedule(result, tuple(decisions))
+
+
+def _live_steps(lowered: LoweredGraph) -> list:
+    """The steps an output depends on, in program order."""
+    live = {o.buffer for o in lowered.outputs if isinstance(o, StridedView)}
+    kept = []
+    for step in reversed(lowered.steps):
+        if step.name not in live:
+            log.debug("dropping %s: its result is never used", step.name)
+            continue
+        kept.append(step)
+        live |= step.reads() if isinstance(step, ExternCall) else {a.buffer for a in step.accesses().reads}
+    return kept[::-1]
+
+
+def _dependency_order(items: list) -> list:
+    """Order kernels/externs so each comes after the producers of what it reads; otherwise
+    keep the order of `items` (a kernel kept open across an extern moves after it)."""
+    producer = {name: pos for pos, item in enumerate(items) for name in _produced(item)}
+    placed: list = []
+    done: set[int] = set()
+    for root in range(len(items)):
+        stack = [(root, False)]
+        while stack:
+            pos, expanded = stack.pop()
+            if pos in done:
+                continue
+            if expanded:
+                done.add(pos)
+                placed.append(items[pos])
+                continue
+            stack.append((pos, True))
+            deps = sorted({producer[n] for n in _consumed(items[pos]) if producer.get(n, pos) != pos},
+                          reverse=True)
+            stack.extend((d, False) for d in deps if d not in done)
+    return placed
+
+
+def _produced(item) -> set[str]:
+    return {item.name} if isinstance(item, ExternCall) else {b.name for b in item.members}
+
+
+def _consumed(item) -> set[str]:
+    if isinstance(item, ExternCall):
+        return item.reads()
+    return {a.buffer for b in item.members for a in b.accesses().reads}
+
+
+def _used_outside(groups: list, lowered: LoweredGraph) -> set[str]:
+    used = {o.buffer for o in lowered.outputs if isinstance(o, StridedView)}
+    for group in groups:
+        inside = _produced(group)
+        used |= _consumed(group) - inside
+    return used
+
+
+def _buffer_specs(lowered: LoweredGraph) -> dict[str, BufferSpec]:
+    specs = {i.spec.name: i.spec for i in lowered.inputs if i.spec is not None}
+    for step in lowered.steps:
+        specs[step.name] = step.spec
+    return specs
+
+
+def _make_kernel(name: str, group: list[ComputedBuffer], specs: dict[str, BufferSpec],
+                 used_outside: set[str]) -> Kernel:
+    produced = {b.name for b in group}
+    reads: list[str] = []
+    exprs: list = []
+    for node in group:
+        rw = node.accesses()
+        exprs += list(node.ranges) + list(node.reduction_ranges) + list(node.spec.size)
+        exprs += [a.index for a in rw.accesses] + rw.index_exprs
+        for access in rw.reads:
+            if access.buffer not in produced and access.buffer not in reads:
+                reads.append(access.buffer)
+    inputs = tuple(specs[r] for r in reads)
+    outputs = tuple(b.spec for b in group if b.name in used_outside)
+    symbols = tuple(sorted(free_size_symbols(exprs), key=lambda s: s.name))
+    kernel = Kernel(name, tuple(group), inputs, outputs, symbols)
+    log.debug("scheduled %s", kernel)
+    return kernel

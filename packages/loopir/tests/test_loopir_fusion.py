@@ -1,0 +1,166 @@
+"""The scheduler: what fuses into one kernel, what does not, and the recorded reasons."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kiln.loopir import Kernel
+from torch.fx.experimental.proxy_tensor import make_fx
+
+
+def _calls(kg) -> list[str]:
+    return [n.name for n in kg.gm.graph.nodes if n.op == "call_function"]
+
+
+def test_silu_plus_tanh_is_one_kernel_of_one_node(check):
+    kg = check(lambda x: x * torch.sigmoid(x) + torch.tanh(x), torch.randn(8, 5))
+    (kernel,) = kg.kernels
+    assert len(kernel.nodes) == 1 and not kernel.temporaries
+    assert [i.name for i in kernel.inputs] == ["x_1"] and not kernel.symbols
+    assert [n for n in kg.gm.graph.nodes if isinstance(n.target, Kernel)][0].args == (
+        next(iter(kg.gm.graph.nodes)),)
+
+
+def test_value_used_twice_at_same_index_is_a_fused_temporary(check):
+    def f(x):
+        y = x.exp()  # used by mul and sigmoid: realized as a buffer
+        return y * torch.sigmoid(y)
+
+    kg = check(f, torch.randn(4, 6))
+    (kernel,) = kg.kernels
+    assert [n.name for n in kernel.nodes] == ["buf0", "buf1"]
+    assert [t.name for t in kernel.temporaries] == ["buf0"]
+    assert [o.name for o in kernel.outputs] == ["buf1"]
+    fused = {d.buffer: d for d in kg.decisions}
+    assert fused["buf1"].fused and fused["buf1"].kernel == "kernel0"
+
+
+def test_transposed_read_is_not_fused_and_says_why(check):
+    def f(x):
+        y = x.exp()
+        return y + y.t()
+
+    kg = check(f, torch.randn(4, 4))
+    assert len(kg.kernels) == 2
+    assert [o.name for o in kg.kernels[0].outputs] == ["buf0"]  # the temporary had to be stored
+    decision = next(d for d in kg.decisions if d.buffer == "buf1")
+    assert not decision.fused and decision.kernel == "kernel1"
+    assert "reads buf0 at i0 + 4*i1" in decision.reason and "not where it was stored" in decision.reason
+
+
+def test_reduction_then_pointwise_over_its_outer_ranges_fuses(check):
+    x = torch.randn(4, 6)
+    for fn in (lambda x: x.sum(-1) * 2, lambda x: x.sum(-1, keepdim=True).sqrt() + 1,
+               lambda x: x.mean(0, keepdim=True)):
+        kg = check(fn, x)
+        (kernel,) = kg.kernels
+        assert [type(n.body).__name__ for n in kernel.nodes] == ["Reduction", "Pointwise"]
+        assert [t.name for t in kernel.temporaries] == ["buf0"]
+
+
+def test_size_one_dims_do_not_block_fusion(check):
+    """A [4, 1] buffer is stored at i0 and read back at i0 (not i0 + i1)."""
+    kg = check(lambda x: x.amax(-1, keepdim=True) + x.sum(-1, keepdim=True), torch.randn(4, 6))
+    assert len(kg.kernels) == 1 and len(kg.kernels[0].nodes) == 3
+    store = kg.kernels[0].nodes[0].accesses().writes[0]
+    assert str(store.index) == "i0"
+
+
+def test_reduction_then_broadcast_pointwise_starts_new_kernel(check):
+    kg = check(lambda x: x - x.sum(-1, keepdim=True), torch.randn(4, 6))
+    assert len(kg.kernels) == 2
+    decision = next(d for d in kg.decisions if d.buffer == "buf1")
+    assert decision.reason == "ranges [4, 6] differ from the kernel's [4, 1]"
+
+
+def _softmax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def test_softmax_today_is_four_kernels(check):
+    """A shared `e` is realized, and a [5, 7] loop never fuses with a [5, 1] x [7] reduction."""
+    kg = check(_softmax, torch.randn(5, 7))
+    assert [type(k.nodes[0].body).__name__ for k in kg.kernels] == [
+        "Reduction", "Pointwise", "Reduction", "Pointwise"]
+    assert [d.fused for d in kg.decisions] == [False] * 4
+
+
+@pytest.mark.xfail(strict=True, reason="no fusion of a pointwise loop into a reduction over the "
+                   "same elements (ranges [5, 7] vs [5, 1] x [7]) yet")
+def test_softmax_in_two_kernels(check):
+    kg = check(_softmax, torch.randn(5, 7))
+    assert len(kg.kernels) <= 2
+
+
+def test_every_computed_buffer_has_one_decision(check):
+    kg = check(lambda x: (x.exp() + x.exp().sum(0)).sum(-1), torch.randn(3, 4))
+    buffers = [n.name for k in kg.kernels for n in k.nodes]
+    assert sorted(d.buffer for d in kg.decisions) == sorted(buffers)
+    for d in kg.decisions:
+        assert d.kernel in {k.name for k in kg.kernels} and d.reason
+        assert d.fused == (d.reason == "same ranges, reads kernel buffers where they were stored")
+
+
+def test_kernel_keeps_growing_past_an_unrelated_extern(check):
+    def f(x, a, b):
+        y = x.exp()
+        m = a @ b  # does not read the open kernel
+        return y * torch.sigmoid(y) + m
+
+    kg = check(f, torch.randn(4, 4), torch.randn(4, 3), torch.randn(3, 4))
+    (kernel,) = kg.kernels
+    assert len(kernel.nodes) == 2 and len(kg.externs) == 1
+    calls = _calls(kg)
+    assert calls.index(kg.externs[0].name) < calls.index("kernel0")  # moved after the extern
+
+
+def test_extern_reading_the_open_kernel_closes_it(check):
+    def f(x, b):
+        y = x.exp()
+        return y @ b, y * 2
+
+    kg = check(f, torch.randn(4, 4), torch.randn(4, 4))
+    assert len(kg.kernels) == 2
+    decision = next(d for d in kg.decisions if d.buffer == "buf2")
+    assert decision.reason == "kernel0 was closed by extern buf1, which reads it"
+
+
+def test_dead_code_is_dropped(check):
+    def f(x):
+        unused = x.sum(0)  # noqa: F841
+        torch.mm(x, x)
+        return x * 2
+
+    gm = make_fx(f)(torch.randn(3, 3))
+    assert any(n.target == torch.ops.aten.sum.dim_IntList for n in gm.graph.nodes)
+    kg = check(f, torch.randn(3, 3))
+    assert len(kg.kernels) == 1 and not kg.externs and len(kg.kernels[0].nodes) == 1
+
+
+def test_output_returned_twice_is_computed_once(check):
+    def f(x):
+        y = x + 1
+        return y, y
+
+    kg = check(f, torch.randn(3))
+    assert len(kg.kernels[0].nodes) == 1
+    a, b = kg(torch.randn(3))
+    assert a is b
+
+
+def test_lazy_value_used_by_one_node_is_inlined_not_stored(check):
+    kg = check(lambda x: (x.exp() * 2).sum(-1), torch.randn(3, 4))
+    (kernel,) = kg.kernels
+    assert len(kernel.nodes) == 1  # exp and mul live inside the reduction's body
+
+
+@pytest.mark.xfail(strict=True, reason="fusion across loop nests of the same numel but different "
+                   "ranges ([24] vs [4, 6]) needs range merging; not done yet")
+def test_reshaped_consumer_fuses(check):
+    def f(x):
+        y = x.exp()
+        return y.view(24) * y.view(24).sigmoid()
+
+    kg = check(f, torch.randn(4, 6))
+    assert len(kg.kernels) == 1

@@ -1,0 +1,288 @@
+"""Differential table: every op of `supported_ops()` lowered and run against eager.
+
+Each case calls the ATen overload directly so the traced graph is known to contain it; the
+test checks the graph holds the op (the case tests what it claims), the kernel graph's
+structure (pointwise and reduction ops make exactly one kernel and no extern; externs make
+an extern call of that op) and its numerics, dtype included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from kiln.loopir import lower, supported_ops, verify
+from kiln.loopir._internal.registry import default_lowerings
+from torch.fx.experimental.proxy_tensor import make_fx
+
+aten = torch.ops.aten
+
+
+def f32(*size):
+    return torch.randn(size)
+
+
+def f64(*size):
+    return torch.randn(size, dtype=torch.float64)
+
+
+def pos(*size):  # positive floats, for log/sqrt/rsqrt/pow
+    return torch.rand(size) + 0.25
+
+
+def i64(*size, low=-5, high=6, dtype=torch.int64):
+    return torch.randint(low, high, size, dtype=dtype)
+
+
+def nonzero(*size):  # for integer division
+    return i64(*size, low=1, high=6) * torch.where(torch.rand(size) > 0.5, 1, -1)
+
+
+def i32(*size):
+    return i64(*size, dtype=torch.int32)
+
+
+def bools(*size):
+    return torch.rand(size) > 0.5
+
+
+def with_nan(*size):  # every third element NaN
+    x = torch.randn(size)
+    x.view(-1)[::3] = float("nan")
+    return x
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    op: Any
+    fn: Callable[..., Any]
+    args: tuple[Callable[[], Any], ...]  # builders, so each run gets fresh inputs
+    mode: str = "real"
+    desc: str = ""
+    retarget: Any = None  # op traced in place of `op` (make_fx decomposes `op` itself away)
+
+
+def case(op, fn, *args, mode="real", desc="", retarget=None):
+    return Case(op, fn, tuple(args), mode, desc, retarget)
+
+
+def binary_cases(op, scalar_op, *, name):
+    ok = {"div": nonzero}.get(name, i64)
+    return [
+        case(op, lambda a, b: op(a, b), lambda: f32(3, 4), lambda: f32(4), desc="broadcast"),
+        case(op, lambda a, b: op(a, b), lambda: f32(3, 1), lambda: f32(1, 4), desc="broadcast both"),
+        case(op, lambda a, b: op(a, b), lambda: f64(3, 4), lambda: f64(3, 4), desc="float64"),
+        case(op, lambda a, b: op(a, b), lambda: i64(3, 4), lambda: ok(4), desc="int64"),
+        case(op, lambda a, b: op(a, b), lambda: i32(3, 4), lambda: ok(3, 1), desc="int32+int64"),
+        case(op, lambda a, b: op(a, b), lambda: i64(3, 4), lambda: pos(4), desc="int+float"),
+        case(op, lambda a, b: op(a, b), lambda: f32(3, 4), lambda: f64(), desc="0-d float64 keeps float32"),
+        case(op, lambda a, b: op(a, b), lambda: i64(3, 4), lambda: pos(), desc="0-d float lifts int"),
+        case(op, lambda a: op(a, 2.5), lambda: f32(3, 4), desc="float scalar"),
+        case(op, lambda a: op(a, 3), lambda: i64(3, 4), desc="int scalar"),
+        case(op, lambda a: op(a, 0.5), lambda: i64(2, 3), desc="int tensor, float scalar"),
+        case(op, lambda a, b: op(a, b), lambda: f32(), lambda: f32(), desc="0-d"),
+        case(op, lambda a, b: op(a, b), lambda: f32(0, 3), lambda: f32(3), desc="empty"),
+        case(scalar_op, lambda a: scalar_op(a, 2), lambda: f32(3, 4), desc="Scalar overload"),
+        case(scalar_op, lambda a: scalar_op(a, 2), lambda: i64(3, 4), desc="Scalar overload int"),
+    ]
+
+
+def comparison_cases(name):
+    tensor_op, scalar_op = getattr(aten, name).Tensor, getattr(aten, name).Scalar
+    return [
+        case(tensor_op, lambda a, b: tensor_op(a, b), lambda: i64(3, 4, low=-2, high=3).float(),
+             lambda: i64(4, low=-2, high=3).float(), desc="broadcast, ties"),
+        case(tensor_op, lambda a, b: tensor_op(a, b), lambda: i64(3, 4, low=-2, high=3),
+             lambda: i64(3, 4, low=-2, high=3).double(), desc="int vs float64"),
+        case(tensor_op, lambda a, b: tensor_op(a, b), lambda: bools(3, 4), lambda: bools(4), desc="bool"),
+        case(tensor_op, lambda a, b: tensor_op(a, b), lambda: f32(3, 4), lambda: f64(), desc="0-d float64"),
+        case(tensor_op, lambda a, b: tensor_op(a, b), lambda: with_nan(3, 4), lambda: f32(3, 4), desc="NaN"),
+        case(scalar_op, lambda a: scalar_op(a, 0.0), lambda: f32(3, 4), desc="float scalar"),
+        case(scalar_op, lambda a: scalar_op(a, 1), lambda: i64(3, 4, low=-2, high=3), desc="int scalar"),
+        case(scalar_op, lambda a: scalar_op(a, 0.5), lambda: i64(3, 4, low=-2, high=3), desc="int vs 0.5"),
+        case(scalar_op, lambda a: scalar_op(a, 2), lambda: bools(3, 4), desc="bool vs 2 promotes to int"),
+        case(scalar_op, lambda a: scalar_op(a, 1), lambda: bools(3, 4), desc="bool vs 1"),
+    ]
+
+
+def unary_cases(name, make=f32):
+    op = getattr(aten, name).default
+    return [
+        case(op, lambda a: op(a), lambda: make(3, 4)),
+        case(op, lambda a: op(a), lambda: make(3, 4).double(), desc="float64"),
+        case(op, lambda a: op(a), lambda: make(), desc="0-d"),
+        case(op, lambda a: op(a), lambda: make(0, 4), desc="empty"),
+        case(op, lambda a: op(a), lambda: with_nan(2, 3).abs() if make is pos else with_nan(2, 3), desc="NaN"),
+    ]
+
+
+CASES: list[Case] = [
+    *binary_cases(aten.add.Tensor, aten.add.Scalar, name="add"),
+    case(aten.add.Tensor, lambda a, b: aten.add.Tensor(a, b), lambda: bools(3, 4), lambda: bools(4), desc="bool"),
+    case(aten.add.Tensor, lambda a, b: aten.add.Tensor(a, b, alpha=2), lambda: i64(3, 4), lambda: i64(4),
+         desc="alpha"),
+    case(aten.add.Tensor, lambda a, b: aten.add.Tensor(a, b, alpha=0.5), lambda: f32(3, 4), lambda: f32(4),
+         desc="float alpha"),
+    case(aten.add.Scalar, lambda a: aten.add.Scalar(a, 2, alpha=3), lambda: f32(3), desc="Scalar alpha"),
+    *binary_cases(aten.sub.Tensor, aten.sub.Scalar, name="sub"),
+    case(aten.sub.Tensor, lambda a, b: aten.sub.Tensor(a, b, alpha=3), lambda: i64(3, 4), lambda: i64(4),
+         desc="alpha"),
+    *binary_cases(aten.mul.Tensor, aten.mul.Scalar, name="mul"),
+    case(aten.mul.Tensor, lambda a, b: aten.mul.Tensor(a, b), lambda: bools(3, 4), lambda: bools(4), desc="bool"),
+    case(aten.mul.Tensor, lambda a, b: aten.mul.Tensor(a, b), lambda: i64(3, 4), lambda: bools(4),
+         desc="int*bool"),
+    *binary_cases(aten.div.Tensor, aten.div.Scalar, name="div"),
+    case(aten.div.Tensor, lambda a, b: aten.div.Tensor(a, b), lambda: nonzero(3, 4), lambda: nonzero(4),
+         desc="int/int is true division"),
+    case(aten.div.Tensor, lambda a: aten.div.Tensor(a, 2), lambda: i64(3, 4), desc="int/2"),
+    case(aten.maximum.default, lambda a, b: aten.maximum.default(a, b), lambda: f32(3, 4), lambda: f32(4)),
+    case(aten.maximum.default, lambda a, b: aten.maximum.default(a, b), lambda: i64(3, 4), lambda: pos(4),
+         desc="int vs float"),
+    case(aten.maximum.default, lambda a, b: aten.maximum.default(a, b), lambda: with_nan(3, 4),
+         lambda: f32(3, 4), desc="NaN propagates"),
+    case(aten.minimum.default, lambda a, b: aten.minimum.default(a, b), lambda: f32(3, 4), lambda: f32(3, 1)),
+    case(aten.minimum.default, lambda a, b: aten.minimum.default(a, b), lambda: i64(3, 4), lambda: i64(4)),
+    case(aten.minimum.default, lambda a, b: aten.minimum.default(a, b), lambda: f32(3, 4), lambda: with_nan(4),
+         desc="NaN propagates"),
+    case(aten.pow.Tensor_Scalar, lambda a: aten.pow.Tensor_Scalar(a, 2.5), lambda: pos(3, 4)),
+    case(aten.pow.Tensor_Scalar, lambda a: aten.pow.Tensor_Scalar(a, 2), lambda: f32(3, 4), desc="square"),
+    case(aten.pow.Tensor_Scalar, lambda a: aten.pow.Tensor_Scalar(a, 3), lambda: i64(3, 4), desc="int"),
+    case(aten.pow.Tensor_Scalar, lambda a: aten.pow.Tensor_Scalar(a, 0.5), lambda: i64(3, 4, low=0),
+         desc="int ** float"),
+    case(aten.pow.Tensor_Tensor, lambda a, b: aten.pow.Tensor_Tensor(a, b), lambda: pos(3, 4), lambda: f32(4)),
+    case(aten.pow.Tensor_Tensor, lambda a, b: aten.pow.Tensor_Tensor(a, b), lambda: i64(3, 4),
+         lambda: i64(4, low=0, high=3), desc="int"),
+    *unary_cases("neg"), case(aten.neg.default, aten.neg.default, lambda: i64(3, 4), desc="int"),
+    *unary_cases("exp"), case(aten.exp.default, aten.exp.default, lambda: i64(3, 4), desc="int -> float"),
+    *unary_cases("log", pos),
+    *unary_cases("sigmoid"), case(aten.sigmoid.default, aten.sigmoid.default, lambda: bools(3), desc="bool"),
+    *unary_cases("tanh"),
+    *unary_cases("relu"), case(aten.relu.default, aten.relu.default, lambda: i64(3, 4), desc="int"),
+    *unary_cases("abs"), case(aten.abs.default, aten.abs.default, lambda: i32(3, 4), desc="int32"),
+    *unary_cases("sqrt", pos), case(aten.sqrt.default, aten.sqrt.default, lambda: i64(3, low=0), desc="int"),
+    *unary_cases("rsqrt", pos),
+    *unary_cases("reciprocal", pos),
+    case(aten.reciprocal.default, aten.reciprocal.default, lambda: nonzero(3, 4), desc="int -> float"),
+    *[c for name in ("eq", "ne", "lt", "le", "gt", "ge") for c in comparison_cases(name)],
+    case(aten.logical_not.default, aten.logical_not.default, lambda: bools(3, 4)),
+    case(aten.logical_not.default, aten.logical_not.default, lambda: i64(3, 4, low=-1, high=2), desc="int"),
+    case(aten.logical_not.default, aten.logical_not.default, lambda: with_nan(3, 4), desc="float, NaN"),
+    case(aten.where.self, lambda c, a, b: aten.where.self(c, a, b), lambda: bools(3, 4), lambda: f32(3, 4),
+         lambda: f32(4), desc="broadcast"),
+    case(aten.where.self, lambda c, a, b: aten.where.self(c, a, b), lambda: bools(4), lambda: i64(3, 4),
+         lambda: f32(3, 1), desc="int/float promote, broadcast cond"),
+    case(aten.where.self, lambda c, a: torch.where(c, a, 0.0), lambda: bools(3, 4), lambda: f32(3, 4),
+         desc="scalar other via scalar_tensor"),
+    case(aten.where.self, lambda c, a, b: aten.where.self(c, a, b), lambda: bools(3), lambda: bools(3),
+         lambda: bools(3), desc="bool"),
+    case(aten.clone.default, aten.clone.default, lambda: f32(3, 4)),
+    case(aten.clone.default, lambda a: aten.clone.default(a.t()), lambda: f32(3, 4), desc="of transposed"),
+    case(aten._to_copy.default, lambda a: a.to(torch.int64), lambda: f32(3, 4) * 4, desc="f32 -> i64"),
+    case(aten._to_copy.default, lambda a: a.to(torch.float64), lambda: f32(3, 4), desc="f32 -> f64"),
+    case(aten._to_copy.default, lambda a: a.to(torch.float32), lambda: i64(3, 4), desc="i64 -> f32"),
+    case(aten._to_copy.default, lambda a: a.to(torch.int32), lambda: i64(3, 4), desc="i64 -> i32"),
+    case(aten._to_copy.default, lambda a: a.to(torch.bool), lambda: i64(3, 4, low=-1, high=2).float(),
+         desc="f32 -> bool"),
+    case(aten._to_copy.default, lambda a: a.to(torch.float32), lambda: bools(3, 4), desc="bool -> f32"),
+    case(aten.lift_fresh_copy.default, lambda a: a + torch.tensor([1.0, 2.0, 3.0]), lambda: f32(2, 3),
+         desc="tensor constant"),
+    case(aten.scalar_tensor.default, lambda a: a * aten.scalar_tensor.default(3.5), lambda: f32(3)),
+    case(aten.scalar_tensor.default, lambda a: aten.scalar_tensor.default(2.7, dtype=torch.int64) + a,
+         lambda: i64(3), desc="float value, int dtype"),
+    case(aten.full.default, lambda a: a + aten.full.default([3, 4], 2.0), lambda: f32(3, 4)),
+    case(aten.full.default, lambda: aten.full.default([2, 3], 2.7, dtype=torch.int64), desc="truncates"),
+    case(aten.full.default, lambda: aten.full.default([2, 3], True), desc="bool"),
+    case(aten.full.default, lambda: aten.full.default([], 7, dtype=torch.float64), desc="0-d"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [-1]), lambda: f32(3, 4)),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [0], True), lambda: f32(3, 4), desc="keepdim"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [0, -1]), lambda: f32(2, 3, 4), desc="2 dims"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [2, 0], True), lambda: f32(2, 3, 4),
+         desc="2 dims keepdim, unsorted"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [1]), lambda: i32(3, 4), desc="int32 -> int64"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [1]), lambda: bools(3, 4), desc="bool -> int64"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [1], dtype=torch.float64), lambda: f32(3, 4),
+         desc="dtype kwarg"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [0]), lambda: f32(), desc="0-d"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [0]), lambda: f32(0, 3), desc="empty reduced"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [1]), lambda: f32(0, 3), desc="empty outer"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [1]), lambda: with_nan(3, 4), desc="NaN"),
+    case(aten.sum.default, aten.sum.default, lambda: f32(3, 4)),
+    case(aten.sum.default, aten.sum.default, lambda: i64(3, 4), desc="int"),
+    case(aten.sum.default, aten.sum.default, lambda: f32(), desc="0-d"),
+    case(aten.amax.default, lambda a: aten.amax.default(a, [-1]), lambda: f32(3, 4)),
+    case(aten.amax.default, lambda a: aten.amax.default(a, [0], True), lambda: i64(3, 4), desc="int keepdim"),
+    case(aten.amax.default, lambda a: aten.amax.default(a), lambda: f32(3, 4), desc="all dims"),
+    case(aten.amax.default, lambda a: aten.amax.default(a, [1]), lambda: with_nan(3, 4), desc="NaN"),
+    case(aten.amin.default, lambda a: aten.amin.default(a, [1, 0]), lambda: f32(3, 4)),
+    case(aten.amin.default, lambda a: aten.amin.default(a, [-1], True), lambda: f64(3, 4), desc="keepdim"),
+    case(aten.amin.default, lambda a: aten.amin.default(a, [0]), lambda: bools(3, 4), desc="bool"),
+    case(aten.mean.dim, lambda a: aten.mean.dim(a, [-1]), lambda: f32(3, 4)),
+    case(aten.mean.dim, lambda a: aten.mean.dim(a, [0, 1], True), lambda: f64(3, 4), desc="keepdim"),
+    case(aten.mean.dim, lambda a: aten.mean.dim(a, [1], dtype=torch.float64), lambda: f32(3, 4), desc="dtype"),
+    case(aten.mean.dim, lambda a: aten.mean.dim(a, [0]), lambda: f32(0, 3), desc="empty: NaN"),
+    case(aten.mean.default, aten.mean.default, lambda: f32(3, 4)),
+    case(aten.view.default, lambda a: aten.view.default(a, [4, 3]) * 2, lambda: f32(3, 4)),
+    case(aten._unsafe_view.default, lambda a: aten._unsafe_view.default(a * 2, [12]), lambda: f32(3, 4)),
+    case(aten.reshape.default, lambda a: aten.view.default(a, [2, 6]) + 1, lambda: f32(3, 4),
+         retarget=aten.view.default, desc="hand-built: make_fx decomposes reshape"),
+    case(aten.reshape.default, lambda a: aten.view.default(a * 2, [2, 6]), lambda: f32(3, 4),
+         retarget=aten.view.default, desc="of a lazy value"),
+    case(aten.alias.default, lambda a: aten.alias.default(a) + 1, lambda: f32(3, 4)),
+    case(aten.detach.default, lambda a: aten.detach.default(a * 2) + 1, lambda: f32(3, 4)),
+    case(aten.permute.default, lambda a: aten.permute.default(a, [2, 0, -2]) * 2, lambda: f32(2, 3, 4)),
+    case(aten.t.default, lambda a: aten.t.default(a) * 2, lambda: f32(3, 4)),
+    case(aten.t.default, lambda a: aten.t.default(a) * 2, lambda: f32(3), desc="1-d"),
+    case(aten.transpose.int, lambda a: aten.transpose.int(a, 0, -1) * 2, lambda: f32(2, 3, 4)),
+    case(aten.expand.default, lambda a: aten.expand.default(a, [2, 3, 4]) * 2, lambda: f32(3, 1)),
+    case(aten.expand.default, lambda a: aten.expand.default(a, [-1, 4]) * 2, lambda: f32(3, 1), desc="-1"),
+    case(aten.unsqueeze.default, lambda a: aten.unsqueeze.default(a, -1) * 2, lambda: f32(3, 4)),
+    case(aten.squeeze.dim, lambda a: aten.squeeze.dim(a, -2) * 2, lambda: f32(3, 1, 4)),
+    case(aten.squeeze.dims, lambda a: aten.squeeze.dims(a, [0, 2]) * 2, lambda: f32(1, 3, 1)),
+    case(aten.squeeze.default, lambda a: aten.squeeze.default(a) * 2, lambda: f32(1, 3, 1)),
+    case(aten.slice.Tensor, lambda a: aten.slice.Tensor(a, 1, -3, None, 2) * 2, lambda: f32(3, 6)),
+    case(aten.select.int, lambda a: aten.select.int(a, 0, -1) * 2, lambda: f32(3, 4)),
+    case(aten.mm.default, aten.mm.default, lambda: f32(3, 5), lambda: f32(5, 4)),
+    case(aten.mm.default, aten.mm.default, lambda: f64(3, 5), lambda: f64(5, 4), desc="float64"),
+    case(aten.addmm.default, aten.addmm.default, lambda: f32(4), lambda: f32(3, 5), lambda: f32(5, 4)),
+    case(aten.addmm.default, lambda b, x, y: aten.addmm.default(b, x, y, beta=0.5, alpha=2.0),
+         lambda: f32(3, 4), lambda: f32(3, 5), lambda: f32(5, 4), desc="beta/alpha"),
+    case(aten.bmm.default, aten.bmm.default, lambda: f32(2, 3, 5), lambda: f32(2, 5, 4)),
+    case(aten.sym_size.int, lambda a: a * aten.sym_size.int(a, 0), lambda: f32(3, 4), mode="symbolic"),
+    case(aten.sym_stride.int, lambda a: a + aten.sym_stride.int(a, 0), lambda: f32(3, 4), mode="symbolic"),
+    case(aten.sym_numel.default, lambda a: a * aten.sym_numel.default(a), lambda: f32(3, 4), mode="symbolic"),
+]
+
+
+def _case_id(c: Case) -> str:
+    return f"{c.op}-{c.desc}".replace(" ", "_")
+
+
+def test_every_supported_op_has_a_case():
+    covered = {c.op for c in CASES}
+    missing = sorted(map(str, supported_ops() - covered))
+    assert not missing, f"add differential cases for {missing}"
+
+
+@pytest.mark.parametrize("c", CASES, ids=[_case_id(c) for c in CASES])
+def test_op_matches_eager(c: Case):
+    torch.manual_seed(0)
+    args = tuple(make() for make in c.args)
+    gm = make_fx(c.fn, tracing_mode=c.mode)(*args)
+    for node in gm.graph.nodes:
+        if c.retarget is not None and node.target == c.retarget:
+            node.target = c.op
+    gm.recompile()
+    assert c.op in {n.target for n in gm.graph.nodes}, "the case does not exercise its op"
+    kg = lower(gm)
+    verify(kg)
+    torch.testing.assert_close(kg(*args), c.fn(*args), equal_nan=True)
+    kind = default_lowerings()[c.op].kind
+    if kind == "extern":
+        assert [e.op for e in kg.externs] == [c.op]
+    elif kind in ("pointwise", "reduction", "constant"):
+        assert len(kg.kernels) == 1 and not kg.externs, str(kg)
+    else:
+        assert not kg.externs

@@ -1,0 +1,1 @@
+"""Implementation modules of kiln.partition; import the public names from `kiln.partition`."""

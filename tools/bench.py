@@ -1,0 +1,50 @@
+"""`nox -s bench`: eager vs Inductor vs kiln on CPU, median run times and compile times.
+
+Every number is measured in this run. Ratios > 1 mean kiln is faster. The kiln backend is
+wrapped in a call counter: a row where Dynamo never called kiln is reported as an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from workloads import CountingBackend, compile_and_time, max_error, median_seconds, table, workloads
+
+from kiln.integration import backend as kiln_backend
+
+
+def bench_one(name, fn, args, repeat: int) -> list[str]:
+    eager_out = fn(*args)
+    eager = median_seconds(lambda: fn(*args), repeat)
+    inductor_fn, inductor_compile, _ = compile_and_time(fn, args, "inductor")
+    inductor = median_seconds(lambda: inductor_fn(*args), repeat)
+    counting = CountingBackend(kiln_backend)
+    kiln_fn, kiln_compile, _ = compile_and_time(fn, args, counting)
+    kiln = median_seconds(lambda: kiln_fn(*args), repeat)
+    if counting.calls == 0:
+        raise RuntimeError(f"{name}: Dynamo never called the kiln backend")
+    error = max_error(kiln_fn(*args), eager_out)
+    return [name, f"{eager * 1e3:.3f}", f"{inductor * 1e3:.3f}", f"{kiln * 1e3:.3f}",
+            f"{eager / kiln:.2f}x", f"{inductor / kiln:.2f}x", f"{inductor_compile:.2f}",
+            f"{kiln_compile:.2f}", f"{error:.1e}"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=30)
+    options = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    rows = []
+    with torch.no_grad():
+        for name, fn, args in workloads():
+            rows.append(bench_one(name, fn, args, options.repeat))
+            print(f"done: {name}", file=sys.stderr)
+    print(table(["workload", "eager ms", "inductor ms", "kiln ms", "kiln vs eager", "kiln vs inductor",
+                 "inductor compile s", "kiln compile s", "max err"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
