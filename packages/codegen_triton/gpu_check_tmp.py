@@ -79,7 +79,7 @@ run("tanh f64", torch.tanh, (torch.tensor(vals, device=dev, dtype=torch.float64)
 base = torch.tensor([2.0, -2.0, -2.0, 0.0, 0.0, 0.0, 1.0, -1.5, float("nan"), 3.0, 4.0], device=dev)
 expo = torch.tensor([3.0, 3.0, 2.0, 0.0, 2.0, -1.0, float("nan"), 0.5, 0.0, -2.0, 0.5], device=dev)
 run("pow tensor", torch.pow, (base, expo), small)
-run("views", ((lambda x, y: ((x.t() + y), x[:, 1:4] * 2, x.unsqueeze(0).expand(3, -1, -1) + 1, (x + 1).t().reshape(-1), x.select(1, 2) - y.select(0, 1))), (torch.randn(5, 6, device=dev), torch.randn(6, 5, device=dev)), small)
+run("views", (lambda x, y: ((x.t() + y), x[:, 1:4] * 2, x.unsqueeze(0).expand(3, -1, -1) + 1, (x + 1).t().reshape(-1), x.select(1, 2) - y.select(0, 1))), (torch.randn(5, 6, device=dev), torch.randn(6, 5, device=dev)), small)
 run("broadcast", lambda x, r, c, s: x * r + c - s, (torch.randn(4, 5, 6, device=dev), torch.randn(6, device=dev), torch.randn(5, 1, device=dev), torch.randn((), device=dev)), small)
 run("dyn pointwise", lambda x, y: torch.sigmoid(x) * y.t() + 1, (torch.randn(4, 5, device=dev), torch.randn(5, 4, device=dev)), small, mode="symbolic",
     shapes=[(torch.randn(r, c, device=dev), torch.randn(c, r, device=dev)) for r, c in [(7, 3), (1, 9), (1000, 33)]])

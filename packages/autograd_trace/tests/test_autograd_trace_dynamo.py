@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch._dynamo
 import torch.fx
+
 from kiln.autograd_trace import TraceError, trace_inference, verify
 
 aten = torch.ops.aten

@@ -7,9 +7,10 @@ import operator
 import pytest
 import torch
 import torch.fx
-from kiln.autograd_trace import TraceError, trace_inference, verify
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from kiln.autograd_trace import TraceError, trace_inference, verify
 
 aten = torch.ops.aten
 

@@ -7,8 +7,9 @@ import operator
 import pytest
 import torch
 import torch.fx
-from kiln.autograd_trace import VerifyError, trace_inference, verify
 from torch._subclasses.fake_tensor import FakeTensorMode
+
+from kiln.autograd_trace import VerifyError, trace_inference, verify
 
 aten = torch.ops.aten
 

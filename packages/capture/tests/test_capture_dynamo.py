@@ -2,6 +2,7 @@ import os
 
 import pytest
 import torch
+
 from kiln.capture import Capture, CapturedGraph, GraphBreak, capture, verify
 
 

@@ -1,4 +1,5 @@
 import torch
+
 from kiln.capture import capture, verify
 
 

@@ -1,7 +1,8 @@
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
 from kiln.capture import CapturedGraph, SourceLocation
 from kiln.capture._internal.source import parse_stack_trace
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 
 def two_graphs(x):

@@ -1,4 +1,5 @@
 import torch
+
 from kiln.capture import capture
 from kiln.capture._internal.breaks import DEFAULT_HINT_RULES, hint_for
 

@@ -2,6 +2,7 @@ import operator
 
 import pytest
 import torch
+
 from kiln.capture import VerificationError, capture, verify
 
 

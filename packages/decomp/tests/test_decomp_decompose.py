@@ -6,6 +6,8 @@ import pytest
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
 from kiln.decomp import (
     LOOP_LEVEL_OPS,
     DecompTable,
@@ -17,7 +19,6 @@ from kiln.decomp import (
     register,
     verify,
 )
-from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten
 

@@ -2,9 +2,10 @@
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
 from kiln.decomp import LOOP_LEVEL_OPS, check_opset, decompose, loop_level, opset
 from kiln.decomp._internal.kiln_decompositions import KILN_DECOMPOSITIONS, kiln_table
-from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten
 

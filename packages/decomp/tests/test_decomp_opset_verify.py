@@ -6,6 +6,8 @@ import pytest
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
 from kiln.decomp import (
     LOOP_LEVEL_OPS,
     OpsetError,
@@ -16,7 +18,6 @@ from kiln.decomp import (
     opset,
     verify,
 )
-from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten
 

@@ -2,8 +2,9 @@
 
 import pytest
 import torch
-from kiln.decomp import LOOP_LEVEL_OPS, DecompTable, core_aten, loop_level, register
 from torch._decomp import decomposition_table
+
+from kiln.decomp import LOOP_LEVEL_OPS, DecompTable, core_aten, loop_level, register
 
 aten = torch.ops.aten
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.fx as fx
-from kiln.partition import PartitionVerificationError, Supported, partition, verify
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.partition import PartitionVerificationError, Supported, partition, verify
 
 aten = torch.ops.aten
 EVERYTHING = Supported(lambda node: True, "everything")

@@ -7,8 +7,9 @@ import operator
 import pytest
 import torch
 import torch.fx as fx
-from kiln.partition import Supported, partition, supports_devices, supports_dtypes, supports_ops
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.partition import Supported, partition, supports_devices, supports_dtypes, supports_ops
 
 aten = torch.ops.aten
 

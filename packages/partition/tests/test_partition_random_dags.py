@@ -9,8 +9,9 @@ import torch
 import torch.fx as fx
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from kiln.partition import Supported, partition, verify
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.partition import Supported, partition, verify
 
 OPS = {
     "add": torch.add,

@@ -8,10 +8,11 @@ import pathlib
 import pytest
 import torch
 import torch.fx as fx
-from kiln.partition import PartitionReport, Supported, partition, supports_ops, verify
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from kiln.partition import PartitionReport, Supported, partition, supports_ops, verify
 
 aten = torch.ops.aten
 

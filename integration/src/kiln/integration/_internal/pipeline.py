@@ -9,8 +9,8 @@ recorded in the `GraphReport`.
 from __future__ import annotations
 
 import contextlib
-import operator
 import logging
+import operator
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any

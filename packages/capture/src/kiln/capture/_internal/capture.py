@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+
 from kiln.capture._internal.breaks import GraphBreak
 from kiln.capture._internal.dynamo_mode import capture_dynamo
 from kiln.capture._internal.export_mode import capture_export

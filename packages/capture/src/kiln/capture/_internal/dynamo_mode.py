@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+
 from kiln.capture._internal.breaks import (
     GraphBreak,
     break_from_compile_reason,

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+
 from kiln.capture._internal.graph import CapturedGraph
 from kiln.capture._internal.source import code_location, graph_source
 

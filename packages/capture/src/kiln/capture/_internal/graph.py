@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+
 from kiln.capture._internal.breaks import GraphBreak, break_from_compile_reason
 from kiln.capture._internal.source import SourceLocation, graph_source
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+
 from kiln.capture._internal.graph import CapturedGraph, op_name
 from kiln.capture._internal.meta import VALUE_KEYS, node_value
 

@@ -13,9 +13,9 @@ from typing import Any
 import sympy
 import torch
 
-from .ir import Kernel
+from .ir import BufferSpec, Kernel
 from .ops import OpsHandler
-from .sizes import FloorDiv, evaluate_expr, index_vars
+from .sizes import FloorDiv, evaluate_expr, free_size_symbols, index_vars
 
 
 def eval_index(expr: Any, env: dict[sympy.Symbol, Any]) -> Any:
@@ -130,6 +130,22 @@ def _flat_storage(t: torch.Tensor) -> torch.Tensor:
     return t.as_strided((span,), (1,), t.storage_offset())
 
 
+def _check_layout(kernel: Kernel, spec: BufferSpec, t: torch.Tensor, bindings: dict) -> None:
+    """Loads index inputs with the traced strides: a tensor laid out otherwise would be read
+    wrongly, so it is refused (only dims whose size and stride the bindings determine)."""
+    if t.dim() != len(spec.size) or t.dtype != spec.dtype:
+        raise ValueError(f"{kernel.name}: input {spec.name} expects {spec}, got {t.dtype} of shape {tuple(t.shape)}")
+    bound = set(bindings)
+    for dim, (size, stride) in enumerate(zip(spec.size, spec.stride)):
+        if not free_size_symbols([size, stride]) <= bound:
+            continue
+        want_size, want_stride = evaluate_expr(size, bindings), evaluate_expr(stride, bindings)
+        if t.shape[dim] != want_size or (want_size > 1 and t.stride(dim) != want_stride):
+            raise ValueError(f"{kernel.name}: input {spec.name} dim {dim} has size {t.shape[dim]} and stride "
+                             f"{t.stride(dim)}, the kernel was built for {want_size} and {want_stride} "
+                             "(pass tensors with the traced layout, or re-lower)")
+
+
 def _grid(ranges: Sequence[int], prefix_vars: Sequence[sympy.Symbol], rank: int, start: int) -> dict:
     env = {}
     for k, (var, n) in enumerate(zip(prefix_vars, ranges)):
@@ -145,6 +161,8 @@ def evaluate_kernel(kernel: Kernel, args: Sequence[Any]) -> tuple[torch.Tensor, 
     if len(args) != n_in + len(kernel.symbols):
         raise TypeError(f"{kernel.name} takes {n_in} tensors and {len(kernel.symbols)} sizes, got {len(args)} args")
     bindings = {s: int(v) for s, v in zip(kernel.symbols, args[n_in:])}
+    for spec, t in zip(kernel.inputs, args[:n_in]):
+        _check_layout(kernel, spec, t, bindings)
     buffers = {spec.name: _flat_storage(t) for spec, t in zip(kernel.inputs, args[:n_in])}
     results = {}
     for node in kernel.nodes:

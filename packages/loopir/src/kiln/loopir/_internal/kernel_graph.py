@@ -75,6 +75,9 @@ class _Builder:
         self.symbol_sources: dict[sympy.Symbol, tuple[str, int, str]] = {}
 
     def inputs(self) -> None:
+        # A symbol is read off a size when any input has it as one: a stride equals a size
+        # only while the input keeps its traced layout, and sizes are what loops run over.
+        strides = []
         for graph_input in self.lowered.inputs:
             if graph_input.kind == "get_attr":
                 value = _get_attr(self.source, graph_input.target)
@@ -88,9 +91,11 @@ class _Builder:
                 self.buffers[graph_input.spec.name] = node
                 for dim, (size, stride) in enumerate(zip(graph_input.spec.size, graph_input.spec.stride)):
                     self._offer_symbol(size, graph_input.node_name, dim, "size")
-                    self._offer_symbol(stride, graph_input.node_name, dim, "stride")
+                    strides.append((stride, graph_input.node_name, dim))
             elif isinstance(graph_input.symbol, sympy.Symbol):
                 self.symbols[graph_input.symbol] = node
+        for stride, name, dim in strides:
+            self._offer_symbol(stride, name, dim, "stride")
 
     def _offer_symbol(self, expr: sympy.Expr, name: str, dim: int, kind: str) -> None:
         if isinstance(expr, sympy.Symbol) and expr not in self.symbol_sources:
