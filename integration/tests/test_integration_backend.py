@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 
 import pytest
 import torch
@@ -166,3 +167,20 @@ def test_options_passed_through_torch_compile():
     with pytest.raises(Exception, match="unknown kiln option"):
         torch._dynamo.reset()
         torch.compile(silu_tanh_sum, backend="kiln", options={"bogus": True})(x)
+
+
+def test_triton_codegen_through_the_backend_under_the_interpreter(monkeypatch):
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.xfail("needs TRITON_INTERPRET=1 from process start (nox -s tests sets it)")
+    x = torch.randn(6, 16)
+    report = explain(silu_tanh_sum, x, options={"codegen": "cuda"})
+    assert report.kernel_count >= 1 and report.eager_graphs == ()
+    assert "@triton.jit" in report.source
+    counting = Counting(codegen="cuda")
+    torch.testing.assert_close(torch.compile(silu_tanh_sum, backend=counting)(x), silu_tanh_sum(x))
+    assert counting.calls == 1
+
+
+def test_unknown_codegen_is_a_clear_error():
+    with pytest.raises(Exception, match="no kiln codegen for 'tpu'"):
+        torch.compile(silu_tanh_sum, backend=Counting(codegen="tpu", fallback=False))(torch.randn(2, 2))

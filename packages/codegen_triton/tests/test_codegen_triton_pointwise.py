@@ -9,11 +9,17 @@ import pytest
 pytest.importorskip("triton", reason="kiln.codegen_triton needs triton (pip install triton)")
 
 import torch  # noqa: E402
-from kiln.codegen_triton import TritonCodegenError, TritonOptions, compile, verify  # noqa: E402
-from kiln.loopir import lower  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
+from kiln.codegen_triton import TritonCodegenError, TritonOptions, compile, verify  # noqa: E402
+from kiln.loopir import lower  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
+
+
+@pytest.fixture(autouse=True)
+def seeded():
+    torch.manual_seed(0)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: run kernels o
 
 import builtins  # noqa: E402
 import dataclasses  # noqa: E402
+import importlib.metadata  # noqa: E402
 import pathlib  # noqa: E402
 import tomllib  # noqa: E402
 
@@ -14,8 +15,10 @@ import pytest  # noqa: E402
 
 pytest.importorskip("triton", reason="kiln.codegen_triton needs triton (pip install triton)")
 
-import kiln.codegen_triton as codegen_triton  # noqa: E402
 import torch  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+import kiln.codegen_triton as codegen_triton  # noqa: E402
 from kiln.codegen_triton import (  # noqa: E402
     TritonArtifacts,
     TritonCodegenError,
@@ -26,7 +29,6 @@ from kiln.codegen_triton import (  # noqa: E402
 )
 from kiln.codegen_triton._internal.handler import TritonHandler  # noqa: E402
 from kiln.loopir import OPS, lower  # noqa: E402
-from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 
 def three_kernel_graph():
@@ -119,3 +121,9 @@ def test_entry_point_names_compile():
     entry_points = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["kiln.codegen"]
     module_name, attr = entry_points["cuda"].split(":")
     assert getattr(__import__(module_name, fromlist=[attr]), attr) is compile
+    try:
+        importlib.metadata.distribution("kiln-codegen-triton")
+    except importlib.metadata.PackageNotFoundError:
+        return  # run from a source checkout: the pyproject is the only record of the entry point
+    (installed,) = [e for e in importlib.metadata.entry_points(group="kiln.codegen") if e.name == "cuda"]
+    assert installed.load() is compile

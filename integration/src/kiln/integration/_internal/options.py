@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kiln.codegen_cpp import CppOptions
+from kiln.codegen_triton import TritonOptions
 
 
 class OptionsError(ValueError):
@@ -30,6 +31,8 @@ class KilnOptions:
     fallback: when a graph or region cannot be compiled, run it eagerly (True) or raise (False).
     verify: run every stage's `verify()` between stages (always on when debug_dir is set).
     openmp / parallel_threshold: C++ codegen parallelism.
+    codegen: None picks the codegen by the inputs' device ("cpu": C++, "cuda": Triton); a name
+        forces one (e.g. "cuda" on CPU tensors runs Triton's interpreter, TRITON_INTERPRET=1).
     """
 
     debug_dir: pathlib.Path | None = None
@@ -39,6 +42,7 @@ class KilnOptions:
     verify: bool = False
     openmp: bool = True
     parallel_threshold: int = 32768
+    codegen: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("debug_dir", "cache_dir"):
@@ -69,6 +73,10 @@ class KilnOptions:
             values[key] = value
         return cls(**values)
 
+    def triton(self) -> TritonOptions:
+        extra = {"cache_dir": self.cache_dir / "triton"} if self.cache_dir is not None else {}
+        return TritonOptions(**extra)
+
     def cpp(self) -> CppOptions:
-        extra = {"cache_dir": self.cache_dir} if self.cache_dir is not None else {}
+        extra = {"cache_dir": self.cache_dir / "cpp"} if self.cache_dir is not None else {}
         return CppOptions(openmp=self.openmp, parallel_threshold=self.parallel_threshold, **extra)

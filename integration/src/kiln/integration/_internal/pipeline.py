@@ -18,8 +18,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from kiln import autograd_trace, capture, codegen_cpp, decomp, loopir, partition
+from kiln import autograd_trace, capture, codegen_cpp, codegen_triton, decomp, loopir, partition
 
+from . import codegens
 from .debug import DebugDump
 from .options import KilnOptions
 from .report import FallbackNode, GraphReport
@@ -44,9 +45,6 @@ class _Stages:
 def eager_reason(example_inputs: Sequence[Any]) -> str | None:
     """Why this graph cannot go through kiln's compiled path today (None: it can)."""
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    devices = sorted({t.device.type for t in tensors} - {"cpu"})
-    if devices:
-        return f"inputs on {', '.join(devices)}: kiln generates CPU code only so far (codegen_triton pending)"
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return ("training graph (grad enabled and inputs require grad): autograd_trace.trace_joint is "
                 "not wired in yet; run under torch.no_grad() for compiled inference")
@@ -88,7 +86,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
         dump.write("partition_report", str(parted.meta.get("kiln_partition", "")))
         if check:
             partition.verify(parted)
-    compiled = _compile_regions(parted, options, dump, stages, check)
+    codegen = codegens.select(codegens.device_type(example_inputs), options)
+    compiled = _compile_regions(parted, codegen, dump, stages, check, options.fallback)
     report = GraphReport(
         index=index, compiled=True, reason=None,
         lowered_nodes=compiled.lowered, fallback_nodes=compiled.fallbacks + _outside_nodes(parted),
@@ -113,8 +112,8 @@ def _regions(parted: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
     return [(name, parted.get_submodule(name)) for name in called]
 
 
-def _compile_regions(parted: fx.GraphModule, options: KilnOptions, dump: DebugDump,
-                     stages: _Stages, check: bool) -> _RegionResults:
+def _compile_regions(parted: fx.GraphModule, codegen: codegens.Codegen, dump: DebugDump,
+                     stages: _Stages, check: bool, fallback: bool) -> _RegionResults:
     results = _RegionResults()
     sources = []
     for name, region in _regions(parted):
@@ -125,12 +124,14 @@ def _compile_regions(parted: fx.GraphModule, options: KilnOptions, dump: DebugDu
                 if check:
                     loopir.verify(kernel_graph)
                 dump.write(f"{name}_kernel_graph", str(kernel_graph))
-            with stages.stage(f"codegen_cpp:{name}"):
-                module = codegen_cpp.compile(kernel_graph, options.cpp())
-                source = module.meta["kiln_cpp"].source
-                dump.write(f"{name}_kernels", source, ".cpp")
-        except (loopir.LoweringError, codegen_cpp.CppCompileError, NotImplementedError) as exc:
-            if not options.fallback:
+            with stages.stage(f"codegen_{codegen.name}:{name}"):
+                module = codegen.compile(kernel_graph, codegen.options)
+                artifacts = module.meta.get(codegen.source_key)
+                source = getattr(artifacts, "source", "")
+                dump.write(f"{name}_kernels", source, ".cpp" if codegen.name == "cpu" else ".py")
+        except (loopir.LoweringError, codegen_cpp.CppCompileError, codegen_triton.TritonCodegenError,
+                NotImplementedError) as exc:
+            if not fallback:
                 raise
             log.warning("kiln: region %s runs eagerly: %s", name, exc)
             results.fallbacks += tuple(FallbackNode(n.name, str(n.target), f"region failed to compile: {exc}")

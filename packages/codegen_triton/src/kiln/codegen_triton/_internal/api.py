@@ -8,6 +8,7 @@ import pathlib
 import time
 
 import torch.fx as fx
+
 from kiln.loopir import Kernel, KernelGraph
 
 from .kernel_source import kernel_graph_source

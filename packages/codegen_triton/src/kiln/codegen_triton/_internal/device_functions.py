@@ -7,8 +7,12 @@ import this module, so it is only imported once a kernel is compiled (never by `
 
 from __future__ import annotations
 
+import logging
+
 import triton
 import triton.language as tl
+
+log = logging.getLogger(__name__)
 
 
 @triton.jit
@@ -46,6 +50,7 @@ def tanh(x):
 def pow(x, y):  # noqa: A001 (the loopir op's name)
     """Floating-point pow with a tensor exponent, following C pow's special cases for
     negative bases (odd/even integer exponents, NaN otherwise), zero exponents and base 1."""
+    tl.static_assert(x.dtype.is_floating(), "kiln: pow with an integer tensor exponent is not supported")
     magnitude = tl.exp(y * tl.log(tl.abs(x)))
     y_is_integer = (y % 1.0) == 0
     y_is_odd = tl.abs(y % 2.0) == 1

@@ -13,12 +13,14 @@ index uses, so every block shape broadcasts against every other:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import Any
 
 import sympy
 import torch
+
 from kiln.loopir import Kernel, OpsHandler
 
 from .options import TritonCodegenError
@@ -83,6 +85,15 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
     return str(info.min if reduction_type == "max" else info.max)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PendingReduction:
+    """A reduction's loop, as the handler leaves it for `kernel_source` to wrap in a loop."""
+
+    reduction_type: str
+    init: str  # the accumulator's definition, before the loop
+    body: list[str]  # the loop body, ending with the accumulator update
+
+
 def _offset(index: sympy.Expr) -> str:
     """A flat index as a pointer offset, parenthesized unless it is one symbol or number."""
     text = triton_expr(index)
@@ -101,7 +112,7 @@ class TritonHandler(OpsHandler):
         self.locals: dict[str, str] = {}  # buffer kept in registers -> variable
         self.constants: dict[str, Any] = {}  # variable -> Python value of an ops.constant
         self.outputs = {o.name for o in kernel.outputs}
-        self.pending_reduction: dict[str, str] | None = None
+        self.pending_reduction: PendingReduction | None = None
         self.current = ""  # name of the buffer being emitted, for error messages
         self._count = 0
 
@@ -143,16 +154,14 @@ class TritonHandler(OpsHandler):
         self.lines.append(f"tl.store(out_{name} + {offset}, {value}, xmask)")
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str) -> str:
+        """Ends the loop body: what was emitted so far runs once per RBLOCK chunk."""
         acc = f"acc_{name}"
-        masked = self._var(f"tl.where(xmask & rmask, {value}, {reduction_identity(reduction_type, dtype)})")
+        identity = reduction_identity(reduction_type, dtype)
+        masked = self._var(f"tl.where(xmask & rmask, {value}, {identity})")
         self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
-        self.pending_reduction = {
-            "acc": acc, "type": reduction_type,
-            "init": f"{acc} = tl.full([XBLOCK, RBLOCK], {reduction_identity(reduction_type, dtype)}, "
-                    f"{tl_dtype(dtype, self._where())})",
-        }
-        body, self.lines = self.lines, []
-        self.pending_reduction["body"] = body  # type: ignore[assignment]
+        init = f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})"
+        self.pending_reduction = PendingReduction(reduction_type, init, self.lines)
+        self.lines = []
         return self._var(_REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 
 import sympy
+
 from kiln.loopir import ComputedBuffer, FloorDiv, Kernel, Reduction, index_vars
 
 from .handler import TritonHandler, tl_dtype
@@ -89,21 +90,22 @@ def _node_lines(handler: TritonHandler, node: ComputedBuffer, ivars: tuple[sympy
     red = handler.pending_reduction
     handler.cache = saved_cache  # values computed inside the loop are out of scope after it
     rnumel = _unparenthesized(triton_expr(_product(node.reduction_ranges)))
-    lines = [f"{header}: {red['type']} over {[str(r) for r in node.reduction_ranges]}",
-             red["init"],
+    ranges = ", ".join(str(r) for r in node.reduction_ranges)
+    lines = [f"{header}: {red.reduction_type} over [{ranges}]",
+             red.init,
              f"rnumel = {rnumel}",
              "for roffset in range(0, rnumel, RBLOCK):"]
     loop = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :].to(tl.int64)",
             "rmask = rindex < rnumel"]
     loop += _unflatten_lines("rindex", rvars, node.reduction_ranges)
-    loop += red["body"]
+    loop += red.body
     return lines + ["    " + line for line in loop] + handler.lines
 
 
 def _check_names(kernel: Kernel) -> None:
     for sym in kernel.symbols:
-        if sym.name in RESERVED or not sym.name.isidentifier() or sym.name[:1] in ("i", "r") \
-                and sym.name[1:].isdigit():
+        looks_like_index = sym.name[:1] in ("i", "r") and sym.name[1:].isdigit()
+        if sym.name in RESERVED or not sym.name.isidentifier() or looks_like_index:
             raise TritonCodegenError(f"{kernel.name}: size symbol {sym.name!r} clashes with a name "
                                      "the generated kernel defines; rename the symbol")
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import pathlib
 import tempfile
+
+log = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> pathlib.Path:

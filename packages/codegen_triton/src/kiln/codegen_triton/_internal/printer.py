@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 
 import sympy
-from kiln.loopir import FloorDiv
 from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
+
+from kiln.loopir import FloorDiv
 
 log = logging.getLogger(__name__)
 

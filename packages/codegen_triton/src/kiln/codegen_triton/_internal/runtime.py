@@ -8,6 +8,7 @@ from typing import Any
 
 import sympy
 import torch
+
 from kiln.loopir import Kernel, Reduction
 
 from .kernel_source import has_reduction
