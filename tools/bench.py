@@ -15,14 +15,14 @@ from workloads import CountingBackend, compile_and_time, max_error, median_secon
 from kiln.integration import backend as kiln_backend
 
 
-def bench_one(name, fn, args, repeat: int) -> list[str]:
+def bench_one(name, fn, args, repeat: int, device: str) -> list[str]:
     eager_out = fn(*args)
-    eager = median_seconds(lambda: fn(*args), repeat)
+    eager = median_seconds(lambda: fn(*args), repeat, device=device)
     inductor_fn, inductor_compile, _ = compile_and_time(fn, args, "inductor")
-    inductor = median_seconds(lambda: inductor_fn(*args), repeat)
+    inductor = median_seconds(lambda: inductor_fn(*args), repeat, device=device)
     counting = CountingBackend(kiln_backend)
     kiln_fn, kiln_compile, _ = compile_and_time(fn, args, counting)
-    kiln = median_seconds(lambda: kiln_fn(*args), repeat)
+    kiln = median_seconds(lambda: kiln_fn(*args), repeat, device=device)
     if counting.calls == 0:
         raise RuntimeError(f"{name}: Dynamo never called the kiln backend")
     error = max_error(kiln_fn(*args), eager_out)
@@ -34,12 +34,14 @@ def bench_one(name, fn, args, repeat: int) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     options = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    where = torch.cuda.get_device_name() if options.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
+    print(f"torch {torch.__version__}, {where}")
     rows = []
     with torch.no_grad():
-        for name, fn, args in workloads():
-            rows.append(bench_one(name, fn, args, options.repeat))
+        for name, fn, args in workloads(options.device):
+            rows.append(bench_one(name, fn, args, options.repeat, options.device))
             print(f"done: {name}", file=sys.stderr)
     print(table(["workload", "eager ms", "inductor ms", "kiln ms", "kiln vs eager", "kiln vs inductor",
                  "inductor compile s", "kiln compile s", "max err"], rows))

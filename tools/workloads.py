@@ -36,24 +36,32 @@ def row_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.sum(-1), x.amax(-1)
 
 
-def workloads() -> list[tuple[str, Callable[..., Any], tuple[torch.Tensor, ...]]]:
+def workloads(device: str = "cpu") -> list[tuple[str, Callable[..., Any], tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
-    big = torch.randn(2048, 1024)
+    rows = 2048 if device == "cpu" else 16384
+    big = torch.randn(rows, 1024, device=device)
     return [
-        ("gated_mlp 256x512", GatedMLP().eval(), (torch.randn(256, 512),)),
-        ("pointwise 2048x1024", pointwise_chain, (big,)),
-        ("softmax 2048x1024", softmax_rows, (big,)),
-        ("sum+amax 2048x1024", row_stats, (big,)),
+        ("gated_mlp 256x512", GatedMLP().eval().to(device), (torch.randn(256, 512, device=device),)),
+        (f"pointwise {rows}x1024", pointwise_chain, (big,)),
+        (f"softmax {rows}x1024", softmax_rows, (big,)),
+        (f"sum+amax {rows}x1024", row_stats, (big,)),
     ]
 
 
-def median_seconds(fn: Callable[[], Any], repeat: int = 30, warmup: int = 3) -> float:
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_seconds(fn: Callable[[], Any], repeat: int = 30, warmup: int = 3, device: str = "cpu") -> float:
     for _ in range(warmup):
         fn()
+    synchronize(device)
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

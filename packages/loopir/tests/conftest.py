@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 import torch
-from kiln.loopir import KernelGraph, lower, verify
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.loopir import KernelGraph, lower, verify
 
 
 def lower_and_check(fn: Callable[..., Any], *args: Any, tracing_mode: str = "real",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import sympy
 import torch
-from kiln.loopir import lower, verify
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.loopir import lower, verify
 
 aten = torch.ops.aten
 SIZES = [(3, 4), (5, 7), (2, 9), (6, 2)]
@@ -127,3 +128,19 @@ def test_kernel_called_directly_with_symbol_values():
     torch.testing.assert_close(out, x.t() + 1)
     with pytest.raises(TypeError, match="takes 1 tensors and 2 sizes"):
         kernel(x)
+
+
+def test_input_with_another_layout_is_refused_not_misread():
+    """Loads use the traced strides; a sliced (non-contiguous) input must not be read wrongly."""
+    kg = lower_symbolic(lambda x: x * 2, torch.randn(4, 6))
+    x = torch.randn(8, 16)[:3, :5]
+    with pytest.raises(ValueError, match=r"input x_1 dim 0 has size 3 and stride 16, the kernel was built for 3 and 5"):
+        kg(x)
+    torch.testing.assert_close(kg(x.contiguous()), x * 2)
+
+
+def test_size_symbols_are_read_from_sizes_before_strides():
+    kg = lower_symbolic(lambda x: x.sum(-1), torch.randn(4, 6))
+    reads = [(n.target, n.args[1]) for n in kg.gm.graph.nodes if n.op == "call_function"
+             and n.target in (aten.sym_size.int, aten.sym_stride.int)]
+    assert reads == [(aten.sym_size.int, 0), (aten.sym_size.int, 1)]

@@ -8,10 +8,11 @@ import operator
 import pytest
 import torch
 import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
 from kiln.loopir import Kernel, LoweringError, lower, verify
 from kiln.loopir._internal.ir import BufferSpec
 from kiln.loopir._internal.verify import verify_kernel
-from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten
 
@@ -104,8 +105,9 @@ def test_verify_rejects_wrong_arity():
 
 
 def test_verify_rejects_kernel_without_outputs():
+    kernel = _lowered().kernels[0]
     with pytest.raises(ValueError, match="kernel0 computes nothing used outside it"):
-        verify(_with_kernel(_lowered(), 0, outputs=()))
+        verify_kernel(dataclasses.replace(kernel, outputs=()))
 
 
 def test_verify_rejects_read_of_unknown_buffer():
@@ -165,4 +167,25 @@ def test_verify_rejects_bad_fx_graph():
     with kg.gm.graph.inserting_before(call):
         kg.gm.graph.call_function(operator.getitem, (call, 0))
     with pytest.raises(RuntimeError, match="used before it has been defined"):
+        verify(kg)
+
+
+def test_symbolic_float_scalar_is_rejected():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    graph = fx.Graph()
+    x, a = graph.placeholder("x"), graph.placeholder("a")
+    mul = graph.call_function(aten.mul.Tensor, (x, a))
+    graph.output(mul)
+    x.meta["val"], mul.meta["val"] = torch.empty(3), torch.empty(3)
+    a.meta["val"] = ShapeEnv().create_unbacked_symfloat()
+    with pytest.raises(LoweringError, match="symbolic float/bool scalars are not supported yet: node 'mul_tensor'"):
+        lower(fx.GraphModule({}, graph))
+
+
+def test_verify_rejects_getitem_past_the_outputs():
+    kg = _lowered()
+    getitem = next(n for n in kg.gm.graph.nodes if n.target is operator.getitem)
+    getitem.args = (getitem.args[0], 5)
+    with pytest.raises(ValueError, match=r"node buf0 uses the result of kernel0, which is a tuple of 2 outputs"):
         verify(kg)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kiln.loopir import Kernel
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.loopir import Kernel
 
 
 def _calls(kg) -> list[str]:

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
 from kiln.loopir import lower, supported_ops, verify
 from kiln.loopir._internal.registry import default_lowerings
-from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten
 
@@ -209,6 +210,9 @@ CASES: list[Case] = [
     case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [0]), lambda: f32(0, 3), desc="empty reduced"),
     case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [1]), lambda: f32(0, 3), desc="empty outer"),
     case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [1]), lambda: with_nan(3, 4), desc="NaN"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [1]), lambda: f32(2, 3, 4), desc="middle dim"),
+    case(aten.sum.dim_IntList, lambda a: aten.sum.dim_IntList(a, [1], True), lambda: f32(2, 1, 4),
+         desc="size-1 dim"),
     case(aten.sum.default, aten.sum.default, lambda: f32(3, 4)),
     case(aten.sum.default, aten.sum.default, lambda: i64(3, 4), desc="int"),
     case(aten.sum.default, aten.sum.default, lambda: f32(), desc="0-d"),
@@ -224,6 +228,9 @@ CASES: list[Case] = [
     case(aten.mean.dim, lambda a: aten.mean.dim(a, [1], dtype=torch.float64), lambda: f32(3, 4), desc="dtype"),
     case(aten.mean.dim, lambda a: aten.mean.dim(a, [0]), lambda: f32(0, 3), desc="empty: NaN"),
     case(aten.mean.default, aten.mean.default, lambda: f32(3, 4)),
+    case(aten.mean.dim, lambda a: aten.mean.dim(a, [1], dtype=torch.float32), lambda: i64(3, 4),
+         desc="int input, float dtype"),
+    case(aten.amax.default, lambda a: aten.amax.default(a, [1], True), lambda: f32(2, 3, 4), desc="middle keepdim"),
     case(aten.view.default, lambda a: aten.view.default(a, [4, 3]) * 2, lambda: f32(3, 4)),
     case(aten._unsafe_view.default, lambda a: aten._unsafe_view.default(a * 2, [12]), lambda: f32(3, 4)),
     case(aten.reshape.default, lambda a: aten.view.default(a, [2, 6]) + 1, lambda: f32(3, 4),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy
 import torch
+
 from kiln.loopir._internal.sizes import FloorDiv
 
 

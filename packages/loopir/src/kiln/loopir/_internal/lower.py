@@ -196,6 +196,8 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
         _check_dtype(node, val.dtype)
     args = fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+    if any(isinstance(a, (torch.SymFloat, torch.SymBool)) for a in (*args, *kwargs.values())):
+        raise LoweringError(f"symbolic float/bool scalars are not supported yet: {node_location(node)}")
     args, kwargs = _symbolic_scalars(args), {k: _symbolic_scalars(v) for k, v in kwargs.items()}
     try:
         result = table[node.target].fn(ctx, node, *args, **kwargs)

@@ -9,6 +9,7 @@ outer ranges, each node reads only kernel inputs or buffers computed earlier in 
 from __future__ import annotations
 
 import logging
+import operator
 
 import sympy
 
@@ -38,6 +39,10 @@ def verify(kg: KernelGraph) -> None:
         if len(node.args) != expected or node.kwargs:
             raise KernelGraphError(f"node {node.name} passes {len(node.args)} args to {kernel.name}, which "
                                    f"takes {len(kernel.inputs)} tensors and {len(kernel.symbols)} sizes")
+        for user in node.users:
+            if user.target is not operator.getitem or not 0 <= user.args[1] < len(kernel.outputs):
+                raise KernelGraphError(f"node {user.name} uses the result of {kernel.name}, which is a tuple of "
+                                       f"{len(kernel.outputs)} outputs, other than by getitem of one of them")
         calls[kernel.name] = calls.get(kernel.name, 0) + 1
     for kernel in kg.kernels:
         if calls.get(kernel.name) != 1:
