@@ -67,7 +67,9 @@ class Builder:
     def build(self, fn: Callable[..., Any], *args: Any, tracing_mode: str = "real",
               retarget: Mapping[Any, Any] | None = None) -> Compiled:
         kg = loopir.lower(trace(fn, *args, tracing_mode=tracing_mode, retarget=retarget))
-        return Compiled(kg, codegen_cpp.compile(kg, self.options))
+        module = codegen_cpp.compile(kg, self.options)
+        codegen_cpp.verify(module)
+        return Compiled(kg, module)
 
     def check(self, fn: Callable[..., Any], *args: Any, tracing_mode: str = "real",
               retarget: Mapping[Any, Any] | None = None, calls: Sequence[tuple[Any, ...]] | None = None,

@@ -62,3 +62,11 @@ def test_non_contiguous_call_of_dynamic_build_raises(cpp):
     compiled = cpp.build(lambda x: x.exp(), _randn(3, 4), tracing_mode="symbolic")
     with pytest.raises(ValueError, match="strides"):
         compiled.module(_randn(5, 6).t())
+
+
+def test_size_of_another_input_used_as_a_value(cpp):
+    def f(x, y):
+        return y * x.shape[0], (y + x.sum()) / x.numel()
+
+    calls = [(_randn(4), _randn(6)), (_randn(9), _randn(2))]
+    cpp.check(f, _randn(3), _randn(5), tracing_mode="symbolic", calls=calls)

@@ -27,8 +27,8 @@ def special_floats(shape: tuple[int, ...], dtype: torch.dtype, seed: int = 0) ->
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(shape, generator=gen) * 3).to(dtype)
     flat = x.view(-1)
-    for pos, value in zip(range(0, flat.numel(), 5), (NAN, INF, -INF, 0.0, -0.0, 1.0)):
-        flat[(pos + seed) % flat.numel()] = value
+    for k, value in enumerate((NAN, INF, -INF, 0.0, -0.0, 1.0)):
+        flat[(seed + 3 * k) % flat.numel()] = value
     return x
 
 

@@ -1,7 +1,7 @@
 """kiln.codegen_cpp: loopir kernel graphs -> C++/OpenMP -> shared library -> callable module."""
 
-from ._internal.api import CppArtifacts, compile, generate
+from ._internal.api import CppArtifacts, compile, generate, verify
 from ._internal.build import CppCompileError
 from ._internal.options import CppOptions
 
-__all__ = ["compile", "generate", "CppOptions", "CppArtifacts", "CppCompileError"]
+__all__ = ["compile", "generate", "verify", "CppOptions", "CppArtifacts", "CppCompileError"]

@@ -9,7 +9,7 @@ import time
 
 import torch.fx as fx
 
-from kiln.loopir import KernelGraph
+from kiln.loopir import Kernel, KernelGraph
 
 from .build import build_library, load_library
 from .kernel_source import kernel_graph_source
@@ -56,3 +56,21 @@ def compile(kernel_graph: KernelGraph, options: CppOptions | None = None) -> fx.
     module.meta["kiln_cpp"] = CppArtifacts(source, library_path.parent / "kernels.cpp", library_path, hit, seconds)
     log.info("codegen_cpp: %d kernels, %s in %.2fs", len(compiled), "cache hit" if hit else "built", seconds)
     return module
+
+
+def verify(module: fx.GraphModule) -> None:
+    """Check what `compile` returned: a well-formed graph whose every kernel call runs compiled
+    C++ (none left on loopir's reference evaluator) and a `CppArtifacts` record in its meta.
+    Raises ValueError naming the offending node."""
+    module.graph.lint()
+    artifacts = module.meta.get("kiln_cpp")
+    if not isinstance(artifacts, CppArtifacts):
+        raise ValueError("module.meta['kiln_cpp'] is missing: was this module built by kiln.codegen_cpp.compile?")
+    for node in module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if isinstance(node.target, Kernel):
+            raise ValueError(f"node {node.name} still calls loopir kernel {node.target.name} (reference "
+                             "evaluator), not compiled C++")
+        if isinstance(node.target, CompiledKernel) and node.target.kernel.name not in artifacts.source:
+            raise ValueError(f"node {node.name} calls {node.target.kernel.name}, which the module's source lacks")

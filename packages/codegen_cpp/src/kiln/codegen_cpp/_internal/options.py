@@ -26,7 +26,8 @@ class CppOptions:
 
     cache_dir: pathlib.Path = dataclasses.field(default_factory=default_cache_dir)
     compiler: str = "g++"
-    flags: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-std=c++17")
+    # -fwrapv: signed integer overflow wraps, as in eager, instead of being undefined behaviour.
+    flags: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-fwrapv", "-std=c++17")
     openmp: bool = True
     parallel_threshold: int = 32768
     check_strides: bool = True

@@ -7,7 +7,6 @@ import sympy
 from kiln.loopir import FloorDiv
 
 
-
 def _fold(args: list[str], op: str) -> str:
     return "(" + f" {op} ".join(args) + ")"
 

@@ -74,7 +74,9 @@ class _InputLayouts:
 
 
 def _show(values: Sequence[Any]) -> str:
-    return "(" + ", ".join("?" if v is None else str(v) for v in values) + ")"
+    """Like a tuple's repr, with '?' for values the kernel does not constrain."""
+    items = ["?" if v is None else str(v) for v in values]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
 class CompiledKernel:
