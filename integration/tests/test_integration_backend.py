@@ -184,3 +184,18 @@ def test_triton_codegen_through_the_backend_under_the_interpreter(monkeypatch):
 def test_unknown_codegen_is_a_clear_error():
     with pytest.raises(Exception, match="no kiln codegen for 'tpu'"):
         torch.compile(silu_tanh_sum, backend=Counting(codegen="tpu", fallback=False))(torch.randn(2, 2))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_and_layer_norm_decompose_into_generated_code(approximate):
+    def fn(x, w, b):
+        h = torch.nn.functional.gelu(x, approximate=approximate)
+        return torch.nn.functional.layer_norm(h, (x.shape[-1],), w, b)
+
+    args = (torch.randn(4, 16), torch.randn(16), torch.randn(16))
+    report = explain(fn, *args)
+    assert report.fallback_nodes == (), report.fallback_nodes
+    assert report.kernel_count >= 1
+    counting = Counting()
+    torch.testing.assert_close(torch.compile(fn, backend=counting)(*args), fn(*args))
+    assert counting.calls == 1

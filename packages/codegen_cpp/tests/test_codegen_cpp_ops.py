@@ -53,7 +53,8 @@ class Case:
 
 def unary(x):
     return (aten.neg(x), aten.exp(x), aten.log(x), aten.sigmoid(x), aten.tanh(x), aten.relu(x),
-            aten.abs(x), aten.sqrt(x), aten.rsqrt(x), aten.reciprocal(x))
+            aten.abs(x), aten.sqrt(x), aten.rsqrt(x), aten.reciprocal(x), aten.erf(x), aten.expm1(x),
+            aten.log1p(x))
 
 
 def binary_float(x, y, row, col, scalar):

@@ -70,6 +70,7 @@ def _all_ops_expected(x, y):
     fns = {"neg": torch.neg, "exp": torch.exp, "log": torch.log, "sigmoid": torch.sigmoid,
            "tanh": torch.tanh, "relu": torch.relu, "abs": torch.abs, "sqrt": torch.sqrt,
            "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "identity": lambda a: a,
+           "erf": torch.erf, "expm1": torch.expm1, "log1p": torch.log1p,
            "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
            "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow, "eq": torch.eq,
            "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}

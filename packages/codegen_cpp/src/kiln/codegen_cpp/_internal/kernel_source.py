@@ -91,6 +91,7 @@ def c_literal(value: Any, dtype: torch.dtype) -> str:
 
 _UNARY = {
     "neg": "(-{0})", "exp": "std::exp({0})", "log": "std::log({0})", "sigmoid": "kiln_sigmoid({0})",
+    "erf": "std::erf({0})", "expm1": "std::expm1({0})", "log1p": "std::log1p({0})",
     "tanh": "std::tanh({0})", "relu": "kiln_relu({0})", "abs": "std::abs({0})", "sqrt": "std::sqrt({0})",
     "rsqrt": "kiln_rsqrt({0})", "reciprocal": "kiln_reciprocal({0})", "logical_not": "(!{0})",
     "identity": "{0}",

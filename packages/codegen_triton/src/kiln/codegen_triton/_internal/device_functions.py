@@ -57,3 +57,19 @@ def pow(x, y):  # noqa: A001 (the loopir op's name)
     negative = tl.where(y_is_odd, -magnitude, magnitude)
     result = tl.where(x < 0, tl.where(y_is_integer, negative, float("nan")), magnitude)
     return tl.where((y == 0) | (x == 1), 1.0, result)
+
+
+@triton.jit
+def expm1(x):
+    """exp(x) - 1 without cancellation near 0: 2 t / (1 - t) with t = tanh(x / 2)."""
+    t = tanh(0.5 * x)
+    small = 2.0 * t / (1.0 - t)
+    return tl.where(tl.abs(x) < 0.5, small, tl.exp(x) - 1.0)
+
+
+@triton.jit
+def log1p(x):
+    """log(1 + x) without cancellation near 0 (Goldberg's correction: log(u) * x / (u - 1))."""
+    u = 1.0 + x
+    corrected = tl.log(u) * (x / (u - 1.0))
+    return tl.where(u == 1.0, x, tl.where(tl.abs(x) < 0.5, corrected, tl.log(u)))

@@ -51,6 +51,7 @@ def _fold(values: list[Any], fn: Any) -> Any:
 
 _TORCH_FUNCS = {
     "neg": torch.neg, "exp": torch.exp, "log": torch.log, "sigmoid": torch.sigmoid,
+    "erf": torch.erf, "expm1": torch.expm1, "log1p": torch.log1p,
     "tanh": torch.tanh, "relu": torch.relu, "abs": torch.abs, "sqrt": torch.sqrt,
     "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "logical_not": torch.logical_not,
     "identity": lambda x: x,

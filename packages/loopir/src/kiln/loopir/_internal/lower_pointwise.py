@@ -125,7 +125,8 @@ def _unary(op_name: str):
     return lower
 
 
-for _op_name in ("neg", "exp", "log", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "reciprocal"):
+for _op_name in ("neg", "exp", "log", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "reciprocal",
+                 "erf", "expm1", "log1p"):
     TABLE.register("pointwise", getattr(aten, _op_name).default)(_unary(_op_name))
 
 

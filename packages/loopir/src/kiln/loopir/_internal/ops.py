@@ -22,6 +22,7 @@ import torch
 # name -> number of *value* operands (dtype/index/name arguments are not counted).
 UNARY = (
     "neg", "exp", "log", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "reciprocal",
+    "erf", "expm1", "log1p",
     "logical_not", "identity",
 )
 BINARY = (
