@@ -119,3 +119,25 @@ def test_verify_names_a_kernel_left_uncompiled(cpp):
             node.target = kernel  # back to loopir's reference evaluator
     with pytest.raises(ValueError, match=rf"node {kernel.name} still calls loopir kernel"):
         codegen_cpp.verify(compiled.module)
+
+
+def _gate(x):
+    return x * torch.sigmoid(x) + torch.tanh(x) - torch.erf(x)
+
+
+@pytest.mark.parametrize("vector_math", [True, False])
+def test_vector_math_declarations_and_simd_loops(tmp_path, vector_math):
+    x = torch.randn(33, 65)
+    kg = loopir.lower(make_fx(_gate)(x))
+    options = codegen_cpp.CppOptions(cache_dir=tmp_path, vector_math=vector_math, parallel_threshold=0)
+    source = codegen_cpp.generate(kg, options)
+    assert ("#pragma omp declare simd notinbranch\nfloat expf(float);" in source) == vector_math
+    assert "#pragma omp simd\n" in source  # the innermost pointwise loop
+    module = codegen_cpp.compile(kg, options)
+    torch.testing.assert_close(module(x), _gate(x))
+
+
+def test_one_dimensional_pointwise_loop_is_parallel_and_simd(tmp_path):
+    x = torch.randn(100)
+    source = codegen_cpp.generate(loopir.lower(make_fx(_gate)(x)), codegen_cpp.CppOptions(cache_dir=tmp_path))
+    assert "#pragma omp parallel for simd if(" in source

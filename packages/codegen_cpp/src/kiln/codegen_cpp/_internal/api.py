@@ -11,7 +11,7 @@ import torch.fx as fx
 
 from kiln.loopir import Kernel, KernelGraph
 
-from .build import build_library, load_library
+from .build import CppCompileError, build_library, load_library
 from .kernel_source import kernel_graph_source
 from .options import CppOptions
 from .runtime import CompiledKernel
@@ -48,7 +48,15 @@ def compile(kernel_graph: KernelGraph, options: CppOptions | None = None) -> fx.
         module = kernel_graph.with_kernels({})
         module.meta["kiln_cpp"] = CppArtifacts(source, None, None, True, 0.0)
         return module
-    library_path, hit = build_library(source, options)
+    try:
+        library_path, hit = build_library(source, options)
+    except CppCompileError:
+        if not options.vector_math:
+            raise
+        log.warning("codegen_cpp: building with libmvec failed; rebuilding without vector math")
+        options = dataclasses.replace(options, vector_math=False)
+        source = generate(kernel_graph, options)
+        library_path, hit = build_library(source, options)
     library = load_library(library_path)
     compiled = {k.name: CompiledKernel(k, library, options.check_strides) for k in kernel_graph.kernels}
     module = kernel_graph.with_kernels(compiled)

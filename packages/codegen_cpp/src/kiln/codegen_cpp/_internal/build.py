@@ -49,7 +49,7 @@ def build_library(source: str, options: CppOptions) -> tuple[pathlib.Path, bool]
     """Compile `source` (or reuse the cached library). Returns (library path, cache hit)."""
     command = [options.compiler, *options.flags, "-shared", "-fPIC"]
     command.append("-fopenmp" if options.openmp else "-fopenmp-simd")
-    key_parts = [source, *command, _compiler_id(options.compiler)]
+    key_parts = [source, *command, str(options.vector_math), _compiler_id(options.compiler)]
     if any(flag.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for flag in command):
         key_parts.append(_host_cpu())
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:24]
@@ -67,7 +67,9 @@ def build_library(source: str, options: CppOptions) -> tuple[pathlib.Path, bool]
     os.replace(partial_source, source_path)
     partial = directory / f"kernels.{tag}.tmp.so"
     start = time.perf_counter()
-    result = subprocess.run([*command, "-o", str(partial), str(source_path)], capture_output=True, text=True)
+    libraries = ["-lmvec"] if options.vector_math else []
+    result = subprocess.run([*command, "-o", str(partial), str(source_path), *libraries],
+                            capture_output=True, text=True)
     if result.returncode != 0 or not partial.exists():
         partial.unlink(missing_ok=True)
         what = f"exit status {result.returncode}" if result.returncode else "no library written"

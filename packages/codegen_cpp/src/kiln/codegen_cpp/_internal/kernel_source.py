@@ -232,11 +232,18 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> str:
     lines = [f"// {kernel.name}: reads {reads}; writes {writes}",
              f'extern "C" void {kernel.name}({", ".join(params)}) {{']
     depth = 1
+    pointwise = not any(isinstance(n.body, Reduction) for n in kernel.nodes)
     for pos, (var, extent) in enumerate(zip(ivars, kernel.ranges)):
+        # Pointwise iterations are independent (each writes its own output element), so the
+        # innermost loop is marked simd; that is where libmvec's vector math gets used.
+        simd = pointwise and pos == len(ivars) - 1
         if pos == 0 and options.openmp:
             numel = " * ".join(cpp_expr(e) for e in kernel.ranges)
             work = " * ".join([numel] + [cpp_expr(e) for e in kernel.nodes[-1].reduction_ranges])
-            lines += indent([f"#pragma omp parallel for if(({work}) >= {options.parallel_threshold})"], depth)
+            construct = "parallel for simd" if simd else "parallel for"
+            lines += indent([f"#pragma omp {construct} if(({work}) >= {options.parallel_threshold})"], depth)
+        elif simd:
+            lines += indent(["#pragma omp simd"], depth)
         lines += indent([loop(var, extent) + " {"], depth)
         depth += 1
     lines += indent(body, depth)
@@ -246,6 +253,15 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> str:
     return "\n".join(lines)
 
 
+# Declaring the libm functions `omp declare simd` lets vectorized loops call libmvec's
+# variants (_ZGVdN8v_expf, ...), which glibc itself only announces under -ffast-math.
+VECTOR_MATH = ["", "// Vector variants of libm functions, from glibc's libmvec.", 'extern "C" {'] + [
+    f"#pragma omp declare simd notinbranch\n{t} {name}{suffix}({t});"
+    for name in ("exp", "log", "tanh", "erf", "expm1", "log1p")
+    for t, suffix in (("float", "f"), ("double", ""))] + ["}", ""]
+
+
 def kernel_graph_source(kernels: list[Kernel], options: CppOptions) -> str:
     """One translation unit holding every kernel of a kernel graph."""
-    return PRELUDE + "\n" + "\n\n".join(kernel_function(k, options) for k in kernels) + "\n"
+    prelude = PRELUDE + ("\n".join(VECTOR_MATH) if options.vector_math else "")
+    return prelude + "\n" + "\n\n".join(kernel_function(k, options) for k in kernels) + "\n"
