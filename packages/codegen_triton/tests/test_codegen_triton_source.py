@@ -12,9 +12,6 @@ import pathlib  # noqa: E402
 import tomllib  # noqa: E402
 
 import pytest  # noqa: E402
-
-pytest.importorskip("triton", reason="kiln.codegen_triton needs triton (pip install triton)")
-
 import torch  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
