@@ -7,7 +7,9 @@ wrapped in a call counter: a row where Dynamo never called kiln is reported as a
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+import tempfile
 
 import torch
 from workloads import CountingBackend, compile_and_time, max_error, median_seconds, table, workloads
@@ -20,7 +22,9 @@ def bench_one(name, fn, args, repeat: int, device: str) -> list[str]:
     eager = median_seconds(lambda: fn(*args), repeat, device=device)
     inductor_fn, inductor_compile, _ = compile_and_time(fn, args, "inductor")
     inductor = median_seconds(lambda: inductor_fn(*args), repeat, device=device)
-    counting = CountingBackend(kiln_backend)
+    # A fresh code cache per workload: compile times include building the generated code.
+    fresh_cache = tempfile.mkdtemp(prefix="kiln-bench-")
+    counting = CountingBackend(functools.partial(kiln_backend, options={"cache_dir": fresh_cache}))
     kiln_fn, kiln_compile, _ = compile_and_time(fn, args, counting)
     kiln = median_seconds(lambda: kiln_fn(*args), repeat, device=device)
     if counting.calls == 0:
