@@ -199,3 +199,29 @@ def test_gelu_and_layer_norm_decompose_into_generated_code(approximate):
     counting = Counting()
     torch.testing.assert_close(torch.compile(fn, backend=counting)(*args), fn(*args))
     assert counting.calls == 1
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_hugging_face_models_from_configs(family):
+    import transformers  # a test dependency of kiln (kiln[test])
+    configs = {
+        "bert": lambda: transformers.BertModel(transformers.BertConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=1000)),
+        "gpt2": lambda: transformers.GPT2Model(transformers.GPT2Config(
+            n_embd=64, n_layer=2, n_head=4, vocab_size=1000, bos_token_id=0, eos_token_id=0)),
+        "llama": lambda: transformers.LlamaModel(transformers.LlamaConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128, vocab_size=1000)),
+    }
+    torch.manual_seed(0)
+    model = configs[family]().eval()
+    ids = torch.randint(0, 1000, (2, 16))
+    with torch.no_grad():
+        expected = model(ids).last_hidden_state
+        report = explain(model, ids)
+        assert report.eager_graphs == () and report.kernel_count >= 10
+        counting = Counting()
+        torch._dynamo.reset()
+        out = torch.compile(model, backend=counting)(ids).last_hidden_state
+    assert counting.calls >= 1
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)

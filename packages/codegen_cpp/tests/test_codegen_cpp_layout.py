@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kiln.codegen_cpp._internal.runtime import CompiledKernel
+
 
 def test_non_contiguous_inputs_compiled_as_such(cpp):
     base = torch.randn(6, 8)
@@ -40,20 +42,32 @@ def test_mm_with_transposed_weight_and_epilogue(cpp):
               torch.randn(3, dtype=torch.float64))
 
 
-def test_non_contiguous_call_of_contiguous_build_raises(cpp):
+def _kernel(compiled):
+    """The first compiled kernel of a module (called directly, no layout guard in front)."""
+    return next(n.target for n in compiled.module.graph.nodes if isinstance(n.target, CompiledKernel))
+
+
+def test_kernel_called_with_another_layout_raises(cpp):
     compiled = cpp.build(lambda x: x * 2 + 1, torch.randn(4, 5))
     square = cpp.build(lambda x: x.exp(), torch.randn(4, 4))
     with pytest.raises(ValueError, match=r"has strides that differ.*strides \(1, 4\); expected sizes \(4, 4\), strides \(4, 1\)"):
-        square.module(torch.randn(4, 4).t())
+        _kernel(square)(torch.randn(4, 4).t())
     with pytest.raises(ValueError, match="strides"):
-        compiled.module(torch.randn(4, 10)[:, ::2])
-    compiled.module(torch.randn(4, 10)[:, :5].contiguous())  # the same values, right layout: fine
+        _kernel(compiled)(torch.randn(4, 10)[:, ::2])
+    _kernel(compiled)(torch.randn(4, 10)[:, :5].contiguous())  # the same values, right layout: fine
+    transposed = cpp.check(lambda x: x + 1, torch.randn(5, 4).t())
+    with pytest.raises(ValueError, match="strides"):
+        _kernel(transposed)(torch.randn(4, 5))
 
 
-def test_contiguous_call_of_transposed_build_raises(cpp):
-    compiled = cpp.check(lambda x: x + 1, torch.randn(5, 4).t())
-    with pytest.raises(ValueError, match="strides"):
-        compiled.module(torch.randn(4, 5))
+def test_module_called_with_another_layout_copies_to_the_traced_one(cpp):
+    """Graph inputs go through loopir's ensure_layout: right results, whatever the layout."""
+    compiled = cpp.build(lambda x: x * 2 + 1, torch.randn(4, 5))
+    x = torch.randn(4, 10)[:, ::2]
+    cpp.assert_same(compiled.module(x), x * 2 + 1)
+    transposed = cpp.check(lambda x: x + 1, torch.randn(5, 4).t())
+    y = torch.randn(4, 5)
+    cpp.assert_same(transposed.module(y), y + 1)
 
 
 def test_wrong_static_shape_raises_instead_of_reading_out_of_bounds(cpp):
@@ -82,8 +96,10 @@ def test_check_strides_off_skips_the_check(cpp):
     base = torch.randn(4, 4)
     # Without the check the kernel reads memory in the order it was built for (row-major), so a
     # transposed input is silently read as its base: the caller's responsibility, documented
-    # on CppOptions.check_strides.
-    cpp.assert_same(compiled.module(base.t()), base + 1)
+    # on CppOptions.check_strides. (The module's layout guard in front of it copies.)
+    (out,) = _kernel(compiled)(base.t())
+    cpp.assert_same(out, base + 1)
+    cpp.assert_same(compiled.module(base.t()), base.t() + 1)
 
 
 def test_outputs_that_are_views(cpp):

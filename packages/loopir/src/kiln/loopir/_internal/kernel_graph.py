@@ -10,6 +10,7 @@ its guards allow.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,24 @@ from .sizes import FloorDiv
 from .values import StridedView
 
 aten = torch.ops.aten
+log = logging.getLogger(__name__)
+
+
+def ensure_layout(tensor: torch.Tensor, stride: list[int]) -> torch.Tensor:
+    """`tensor` if it has the strides the graph was traced with, else a copy that has them.
+
+    Kernels and views compute addresses from traced strides, and an eager op between regions
+    may return another layout than its fake-tensor meta said; a copy keeps results right.
+    """
+    actual = tensor.stride()
+    if len(actual) != len(stride):
+        raise ValueError(f"graph input has {len(actual)} dims (shape {tuple(tensor.shape)}), "
+                         f"the graph was compiled for {len(stride)}; compile it again for this input")
+    if all(a == e or n <= 1 for a, e, n in zip(actual, stride, tensor.shape)):
+        return tensor
+    log.debug("input of shape %s has strides %s, kernels expect %s: copying", tuple(tensor.shape), actual,
+              tuple(stride))
+    return torch.empty_strided(tensor.shape, stride, dtype=tensor.dtype, device=tensor.device).copy_(tensor)
 
 
 def strided_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
@@ -72,6 +91,7 @@ class _Builder:
         self.root = torch.nn.Module()
         self.buffers: dict[str, fx.Node] = {}
         self.symbols: dict[sympy.Symbol, fx.Node] = {}
+        self.raw_inputs: dict[str, fx.Node] = {}  # placeholders/get_attrs before ensure_layout
         self.symbol_sources: dict[sympy.Symbol, tuple[str, int, str]] = {}
 
     def inputs(self) -> None:
@@ -88,7 +108,7 @@ class _Builder:
             else:
                 node = self.graph.placeholder(graph_input.node_name)
             if graph_input.spec is not None:
-                self.buffers[graph_input.spec.name] = node
+                self.buffers[graph_input.spec.name] = self.raw_inputs[graph_input.spec.name] = node
                 for dim, (size, stride) in enumerate(zip(graph_input.spec.size, graph_input.spec.stride)):
                     self._offer_symbol(size, graph_input.node_name, dim, "size")
                     strides.append((stride, graph_input.node_name, dim))
@@ -96,6 +116,11 @@ class _Builder:
                 self.symbols[graph_input.symbol] = node
         for stride, name, dim in strides:
             self._offer_symbol(stride, name, dim, "stride")
+        for graph_input in self.lowered.inputs:
+            spec = graph_input.spec
+            if graph_input.kind == "placeholder" and spec is not None and spec.size:
+                self.buffers[spec.name] = self.graph.call_function(
+                    ensure_layout, (self.raw_inputs[spec.name], [self.expr(st) for st in spec.stride]))
 
     def _offer_symbol(self, expr: sympy.Expr, name: str, dim: int, kind: str) -> None:
         if isinstance(expr, sympy.Symbol) and expr not in self.symbol_sources:
@@ -108,7 +133,7 @@ class _Builder:
                                     "and no SymInt input provides it")
             name, dim, kind = self.symbol_sources[sym]
             op = aten.sym_size.int if kind == "size" else aten.sym_stride.int
-            self.symbols[sym] = self.graph.call_function(op, (self.buffers[name], dim))
+            self.symbols[sym] = self.graph.call_function(op, (self.raw_inputs[name], dim))
         return self.symbols[sym]
 
     def expr(self, expr: Any) -> Any:
