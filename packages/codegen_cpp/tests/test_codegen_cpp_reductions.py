@@ -95,3 +95,38 @@ def test_without_openmp_runs_serially(cpp):
     compiled = serial.check(lambda x: (x.sum(), x.amax(1), x * 2), _with_nan((4, 9), [5]))
     assert "omp parallel" not in compiled.source
     assert "#pragma omp simd" in compiled.source  # still vectorization hints (-fopenmp-simd)
+
+
+def _softmax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def _layer_norm(x, w, b):
+    mean = x.mean(-1, keepdim=True)
+    centered = x - mean
+    var = (centered * centered).mean(-1, keepdim=True)
+    return centered * torch.rsqrt(var + 1e-5) * w + b
+
+
+def test_softmax_rows_run_in_one_kernel(cpp, cpp_parallel):
+    for builder in (cpp, cpp_parallel):
+        x = torch.randn(37, 129)
+        x[3, 5] = float("nan")
+        x[4] = float("-inf")
+        compiled = builder.check(_softmax, x)
+        (kernel,) = compiled.kernel_graph.kernels
+        assert sum(kernel.is_row(n) for n in kernel.nodes) == 2
+        assert compiled.source.count("(row loop)") == 2
+
+
+def test_layer_norm_rows_with_dynamic_shapes(cpp_parallel):
+    args = (torch.randn(6, 33), torch.randn(33), torch.randn(33))
+    calls = [(torch.randn(9, 17), torch.randn(17), torch.randn(17))]
+    compiled = cpp_parallel.check(_layer_norm, *args, tracing_mode="symbolic", calls=calls, atol=1e-5, rtol=1e-5)
+    assert len(compiled.kernel_graph.kernels) == 1
+
+
+def test_one_dimensional_softmax_row_loop_is_parallel(cpp_parallel):
+    compiled = cpp_parallel.check(_softmax, torch.randn(1000))
+    assert "#pragma omp parallel for simd" in compiled.source

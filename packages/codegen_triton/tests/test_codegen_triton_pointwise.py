@@ -26,7 +26,7 @@ def options(tmp_path_factory):
 
 
 def compile_fn(fn, args, options, tracing_mode="real"):
-    kernel_graph = lower(make_fx(fn, tracing_mode=tracing_mode)(*args))
+    kernel_graph = lower(make_fx(fn, tracing_mode=tracing_mode)(*args), fuse_rows=False)
     module = compile(kernel_graph, options)
     verify(module)
     return module, kernel_graph

@@ -33,7 +33,7 @@ def three_kernel_graph():
         a = torch.sigmoid(x) * y  # pointwise over [4, 6]
         return a.sum(-1), a.t() + 1  # a reduction over [4]; a pointwise over [6, 4]
 
-    return fn, lower(make_fx(fn)(torch.randn(4, 6), torch.randn(4, 6)))
+    return fn, lower(make_fx(fn)(torch.randn(4, 6), torch.randn(4, 6)), fuse_rows=False)
 
 
 def test_one_jit_function_per_kernel_named_after_it():
@@ -124,3 +124,10 @@ def test_entry_point_names_compile():
         return  # run from a source checkout: the pyproject is the only record of the entry point
     (installed,) = [e for e in importlib.metadata.entry_points(group="kiln.codegen") if e.name == "cuda"]
     assert installed.load() is compile
+
+
+def test_row_nodes_are_refused_with_a_clear_error():
+    kg = lower(make_fx(lambda x: x - x.amax(-1, keepdim=True))(torch.randn(4, 6)))
+    assert any(k.is_row(n) for k in kg.kernels for n in k.nodes)
+    with pytest.raises(TritonCodegenError, match="fuse_rows=False"):
+        generate(kg)

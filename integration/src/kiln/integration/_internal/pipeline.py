@@ -120,7 +120,8 @@ def _compile_regions(parted: fx.GraphModule, codegen: codegens.Codegen, dump: De
         ops = tuple(str(n.target) for n in region.graph.nodes if n.op == "call_function")
         try:
             with stages.stage(f"loopir:{name}"):
-                kernel_graph = loopir.lower(region)
+                # Row fusion needs row loops, which only the C++ codegen emits so far.
+                kernel_graph = loopir.lower(region, fuse_rows=codegen.name == "cpu")
                 if check:
                     loopir.verify(kernel_graph)
                 dump.write(f"{name}_kernel_graph", str(kernel_graph))

@@ -119,6 +119,7 @@ class CppHandler(OpsHandler):
         self.cache: dict[str, str] = {}  # expression text -> variable (common subexpressions)
         self.locals: dict[str, str] = {}  # buffer kept in a register -> variable
         self.outputs = {o.name for o in kernel.outputs}
+        self.produced = {n.name for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
         self.literals: dict[str, tuple[Any, torch.dtype]] = {}  # variable -> constant it holds
         self._count = 0
@@ -135,7 +136,9 @@ class CppHandler(OpsHandler):
     def load(self, name: str, index: sympy.Expr) -> str:
         if name in self.locals:
             return self.locals[name]
-        return self._var(f"in_{name}[{cpp_expr(index)}]")
+        # A row node's buffer is read back from memory by later loops of its own kernel.
+        pointer = "out" if name in self.produced else "in"
+        return self._var(f"{pointer}_{name}[{cpp_expr(index)}]")
 
     def store(self, name: str, index: sympy.Expr, value: str) -> None:
         self.locals[name] = value
@@ -201,13 +204,46 @@ def _node_comment(node: ComputedBuffer, in_register: bool) -> str:
     return f"// {node.name}: {what}{origins}{where}"
 
 
-def _node_lines(handler: CppHandler, node: ComputedBuffer, ivars, options: CppOptions,
+def _single_outer_point(kernel: Kernel) -> bool:
+    """No outer loop to parallelize (all outer ranges are 1): inner loops get the threads."""
+    return all(r == 1 for r in kernel.ranges)
+
+
+def _row_lines(handler: CppHandler, node: ComputedBuffer, kernel: Kernel, options: CppOptions) -> list[str]:
+    """A row node: its own simd loop over the kernel's row ranges, storing every element."""
+    handler.lines = []
+    saved_cache, saved_locals = dict(handler.cache), dict(handler.locals)
+    node.run(handler, *kernel.placement(node))
+    body = handler.lines
+    # Values of the row loop are out of scope after it; later loops read the row from memory.
+    handler.cache, handler.locals = saved_cache, saved_locals
+    rvars = index_vars(len(kernel.row_ranges), "r")
+    lines = [_node_comment(node, False) + " (row loop)"]
+    depth = 0
+    for pos, (var, extent) in enumerate(zip(rvars, kernel.row_ranges)):
+        if pos == len(rvars) - 1:
+            if pos == 0 and _single_outer_point(kernel) and options.openmp:
+                work = " * ".join(cpp_expr(e) for e in kernel.row_ranges)
+                lines += indent([f"#pragma omp parallel for simd if(({work}) >= {options.parallel_threshold})"], depth)
+            else:
+                lines += indent(["#pragma omp simd"], depth)
+        lines += indent([loop(var, extent) + " {"], depth)
+        depth += 1
+    lines += indent(body, depth)
+    for d in range(depth - 1, -1, -1):
+        lines += indent(["}"], d)
+    return lines
+
+
+def _node_lines(handler: CppHandler, node: ComputedBuffer, kernel: Kernel, options: CppOptions,
                 parallel_reduction: bool) -> list[str]:
     """Statements computing one node inside the outer loop nest."""
+    if kernel.is_row(node):
+        return _row_lines(handler, node, kernel, options)
     handler.lines = []
     saved_cache = dict(handler.cache)
-    rvars = index_vars(len(node.reduction_ranges), "r")
-    node.run(handler, ivars, rvars)
+    index, rvars = kernel.placement(node)
+    node.run(handler, index, rvars)
     comment = _node_comment(node, node.name not in handler.outputs)
     if not isinstance(node.body, Reduction):
         return [comment] + handler.lines
@@ -226,7 +262,7 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> str:
     handler = CppHandler(kernel)
     body: list[str] = []
     for node in kernel.nodes:
-        body += _node_lines(handler, node, ivars, options, parallel_reduction=not kernel.ranges)
+        body += _node_lines(handler, node, kernel, options, parallel_reduction=_single_outer_point(kernel))
     reads = ", ".join(i.name for i in kernel.inputs) or "nothing"
     writes = ", ".join(o.name for o in kernel.outputs)
     lines = [f"// {kernel.name}: reads {reads}; writes {writes}",
@@ -237,9 +273,10 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> str:
         # Pointwise iterations are independent (each writes its own output element), so the
         # innermost loop is marked simd; that is where libmvec's vector math gets used.
         simd = pointwise and pos == len(ivars) - 1
-        if pos == 0 and options.openmp:
+        if pos == 0 and options.openmp and not _single_outer_point(kernel):
             numel = " * ".join(cpp_expr(e) for e in kernel.ranges)
-            work = " * ".join([numel] + [cpp_expr(e) for e in kernel.nodes[-1].reduction_ranges])
+            inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
+            work = " * ".join([numel] + [cpp_expr(e) for e in inner])
             construct = "parallel for simd" if simd else "parallel for"
             lines += indent([f"#pragma omp {construct} if(({work}) >= {options.parallel_threshold})"], depth)
         elif simd:

@@ -15,13 +15,15 @@ from .verify import verify
 log = logging.getLogger(__name__)
 
 
-def lower(gm: fx.GraphModule, *, lowerings: Lowerings | None = None) -> KernelGraph:
+def lower(gm: fx.GraphModule, *, lowerings: Lowerings | None = None, fuse_rows: bool = True) -> KernelGraph:
     """Lower a functional ATen graph (every node with meta["val"]) to a scheduled `KernelGraph`.
 
+    `fuse_rows`: fuse pointwise work over a reduction's rows into the reduction's kernel as row
+    nodes (`Kernel.is_row`); a codegen that cannot emit row loops passes False.
     Raises `LoweringError` naming the node (and its source line) that cannot be lowered.
     """
     lowered = lower_graph(gm, lowerings)
-    plan = schedule(lowered)
+    plan = schedule(lowered, fuse_rows=fuse_rows)
     kg = build_kernel_graph(gm, lowered, plan)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),
               len(kg.kernels), len(kg.externs))

@@ -19,7 +19,7 @@ import sympy
 import torch
 
 from .ops import Printer, ReadsWrites
-from .sizes import Expr, contiguous_strides, flat_index, index_vars
+from .sizes import Expr, contiguous_strides, flat_index, index_vars, same_exprs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -114,9 +114,45 @@ def _pin_unit_dims(index: Sequence[Expr], ranges: Sequence[Expr]) -> tuple[Expr,
     return tuple(sympy.Integer(0) if r == 1 else i for i, r in zip(index, ranges))
 
 
+def _varying(ranges: Sequence[Expr]) -> list[Expr]:
+    return [r for r in ranges if r != 1]
+
+
+def is_row_of(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr]) -> bool:
+    """Whether pointwise `node` iterates `ranges` followed by `row_ranges` (size-1 dims aside):
+    one row of a row reduction, e.g. `exp(x - amax(x, -1))` beside the amax over the last dim."""
+    if not isinstance(node.body, Pointwise) or not row_ranges:
+        return False
+    return same_exprs(_varying(node.ranges), _varying(ranges) + _varying(row_ranges))
+
+
+def placement(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr]
+              ) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
+    """The (index, rindex) to run `node` with inside a kernel whose outer loops iterate
+    `ranges` (variables i0, i1, ...) and whose row loops iterate `row_ranges` (r0, r1, ...).
+
+    Outer nodes (pointwise or reductions over `ranges`) get the outer variables; a row node
+    (see `is_row_of`) gets the varying outer variables followed by the row variables.
+    """
+    ivars = index_vars(len(ranges))
+    if not is_row_of(node, ranges, row_ranges) or same_exprs(node.ranges, ranges):
+        return ivars, index_vars(len(node.reduction_ranges), "r")
+    varying = [v for v, r in zip(ivars, ranges) if r != 1]
+    varying += [v for v, r in zip(index_vars(len(row_ranges), "r"), row_ranges) if r != 1]
+    index = []
+    for r in node.ranges:
+        index.append(sympy.Integer(0) if r == 1 else varying.pop(0))
+    return tuple(index), ()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Kernel:
-    """Fused loop nest: every node shares the outer `ranges`, run in order per point.
+    """Fused loop nest: nodes run in order at every point of the outer `ranges`.
+
+    A node either iterates exactly `ranges` (pointwise, or a reduction with its own inner
+    loop), or is a *row node*: pointwise over `ranges` + `row_ranges`, run in its own inner
+    loop (softmax, layer norm: reductions over the last dims and the pointwise work on the
+    same rows fuse into one pass per row).
 
     Called as ``kernel(*inputs, *symbol_values)`` it returns a tuple of new tensors, one per
     entry of `outputs`; calling a `Kernel` object runs the reference evaluator, and codegens
@@ -136,6 +172,29 @@ class Kernel:
     @property
     def ranges(self) -> tuple[Expr, ...]:
         return self.nodes[0].ranges
+
+    @property
+    def row_ranges(self) -> tuple[Expr, ...]:
+        """What row nodes iterate inside each outer point: the first reduction's ranges."""
+        for node in self.nodes:
+            if isinstance(node.body, Reduction):
+                return node.reduction_ranges
+        return ()
+
+    def is_row(self, node: ComputedBuffer) -> bool:
+        """A pointwise node run in its own loop over `row_ranges` inside each outer point; its
+        buffer is always written to memory (later loops of the kernel read it from there)."""
+        return not same_exprs(node.ranges, self.ranges) and is_row_of(node, self.ranges, self.row_ranges)
+
+    def placement(self, node: ComputedBuffer) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
+        """The (index, rindex) codegens run `node` with (see the module function)."""
+        return placement(node, self.ranges, self.row_ranges)
+
+    def accesses(self, node: ComputedBuffer) -> ReadsWrites:
+        """`node`'s loads and stores in this kernel's loop variables."""
+        handler = ReadsWrites()
+        node.run(handler, *self.placement(node))
+        return handler
 
     @property
     def temporaries(self) -> tuple[ComputedBuffer, ...]:

@@ -13,8 +13,9 @@ import logging
 
 import sympy
 
-from .ir import BufferSpec, ComputedBuffer, Kernel
+from .ir import BufferSpec, ComputedBuffer, Kernel, Reduction, is_row_of, placement
 from .lower import ExternCall, LoweredGraph
+from .ops import ReadsWrites
 from .sizes import free_size_symbols, same_exprs
 from .values import StridedView
 
@@ -43,26 +44,49 @@ class Schedule:
 class _Group:
     name: str
     members: list[ComputedBuffer]
-    stored: dict[str, sympy.Expr]  # buffer name -> the index its value is stored at
+    stored: dict[str, sympy.Expr]  # buffer name -> where its value is stored, in kernel variables
+    rows: set[str] = dataclasses.field(default_factory=set)  # row nodes (see Kernel.is_row)
 
-    def add(self, node: ComputedBuffer) -> None:
+    @property
+    def ranges(self) -> tuple:
+        return self.members[0].ranges
+
+    @property
+    def row_ranges(self) -> tuple:
+        return next((m.reduction_ranges for m in self.members if isinstance(m.body, Reduction)), ())
+
+    def accesses(self, node: ComputedBuffer) -> ReadsWrites:
+        handler = ReadsWrites()
+        node.run(handler, *placement(node, self.ranges, self.row_ranges))
+        return handler
+
+    def add(self, node: ComputedBuffer, row: bool = False) -> None:
         self.members.append(node)
-        self.stored[node.name] = node.accesses().writes[0].index
+        self.stored[node.name] = self.accesses(node).writes[0].index
+        if row:
+            self.rows.add(node.name)
 
 
-def _fusion_blocker(group: _Group, node: ComputedBuffer) -> str | None:
-    """Why `node` cannot join `group` (None when it can)."""
-    if not same_exprs(group.members[0].ranges, node.ranges):
-        return f"ranges {list(node.ranges)} differ from the kernel's {list(group.members[0].ranges)}"
-    for access in node.accesses().reads:
+def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool) -> tuple[str | None, bool]:
+    """Why `node` cannot join `group` (None when it can), and whether it joins as a row node."""
+    row = False
+    if not same_exprs(group.ranges, node.ranges):
+        row = fuse_rows and is_row_of(node, group.ranges, group.row_ranges)
+        if not row:
+            return f"ranges {list(node.ranges)} differ from the kernel's {list(group.ranges)}", False
+    for access in group.accesses(node).reads:
         stored = group.stored.get(access.buffer)
         if stored is not None and sympy.expand(access.index - stored) != 0:
-            return f"reads {access.buffer} at {access.index}, not where it was stored ({stored})"
-    return None
+            return f"reads {access.buffer} at {access.index}, not where it was stored ({stored})", row
+    return None, row
 
 
-def schedule(lowered: LoweredGraph) -> Schedule:
+def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True) -> Schedule:
     """Fuse the steps of `lowered` into kernels, keeping program order valid.
+
+    `fuse_rows`: let pointwise work over the rows a kernel's reduction runs over join it as
+    row nodes (one pass per row for softmax / layer norm); codegens that cannot emit row
+    loops ask for False.
 
     Steps whose results are never used (dead code in the ATen graph) are dropped first.
     """
@@ -79,11 +103,12 @@ def schedule(lowered: LoweredGraph) -> Schedule:
                 current = None
             items.append(step)
             continue
-        blocker = _fusion_blocker(current, step) if current is not None else closed_by
+        blocker, row = _fusion_blocker(current, step, fuse_rows) if current is not None else (closed_by, False)
         if blocker is None:
-            current.add(step)
-            decisions.append(FusionDecision(step.name, current.name, True,
-                                            "same ranges, reads kernel buffers where they were stored"))
+            current.add(step, row)
+            reason = ("a row of the kernel's reduction, reads kernel buffers where they were stored" if row
+                      else "same ranges, reads kernel buffers where they were stored")
+            decisions.append(FusionDecision(step.name, current.name, True, reason))
             continue
         current = _Group(f"kernel{sum(isinstance(i, _Group) for i in items)}", [], {})
         current.add(step)
@@ -92,7 +117,7 @@ def schedule(lowered: LoweredGraph) -> Schedule:
     ordered = _dependency_order(items)
     specs = _buffer_specs(lowered)
     used_outside = _used_outside(ordered, lowered)
-    result = tuple(_make_kernel(item.name, item.members, specs, used_outside)
+    result = tuple(_make_kernel(item.name, item.members, specs, used_outside | item.rows)
                    if isinstance(item, _Group) else item for item in ordered)
     return Schedule(result, tuple(decisions))
 
