@@ -1,15 +1,12 @@
-"""Differential tests of reduction kernels: generated Triton (interpreter, CPU) vs eager."""
-
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: run kernels on CPU tensors
+"""Differential tests of reduction kernels: generated Triton vs eager (on the Triton
+interpreter, or compiled for a GPU: see conftest.py)."""
 
 import pytest
-import torch  # noqa: E402
-from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
-from kiln.codegen_triton import TritonOptions, compile, verify  # noqa: E402
-from kiln.loopir import lower  # noqa: E402
+from kiln.codegen_triton import TritonOptions, compile, verify
+from kiln.loopir import lower
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 
@@ -22,14 +19,16 @@ def seeded():
 @pytest.fixture(scope="module")
 def options(tmp_path_factory):
     # Small blocks: several programs, several loop steps, partly masked last blocks.
-    return TritonOptions(cache_dir=tmp_path_factory.mktemp("triton_cache"), reduction_xblock=4, rblock=8)
+    return TritonOptions(cache_dir=tmp_path_factory.mktemp("triton_cache"), reduction_xblock=4, rblock=8,
+                        contiguous_rblock=8)
 
 
 def check(fn, args, options, tracing_mode="real", **tolerances):
     kernel_graph = lower(make_fx(fn, tracing_mode=tracing_mode)(*args), fuse_rows=False)
     module = compile(kernel_graph, options)
     verify(module)
-    expected, got = fn(*args), module(*args)
+    _first = module(*args)  # compiles; on a GPU the call below launches through the direct launcher
+    expected, got = fn(*args), module(*args)  # `_first` alive: fresh output memory
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
     got = got if isinstance(got, (tuple, list)) else (got,)
     for g, e in zip(got, expected):
@@ -116,3 +115,32 @@ def test_dynamic_shapes(options):
 
 def test_sum_over_empty_dim_is_zero(options):
     check(lambda x: x.sum(1), (torch.randn(3, 0),), options)
+
+
+def only_triton_kernel(fn, *args, options):
+    module = compile(lower(make_fx(fn)(*args)), options)
+    (kernel,) = [n.target for n in module.graph.nodes if type(n.target).__name__ == "TritonKernel"]
+    return kernel
+
+
+@pytest.mark.parametrize("fn, contiguous", [
+    (lambda x: x.sum(-1), True),
+    (lambda x: x.sum(), True),
+    (lambda x: x.t().sum(0), True),  # the transposed view's rows are the last dim again
+    (lambda x: x.sum(0), False),  # walks a column: stride 12
+    (lambda x: x.t().sum(-1), False),
+    (lambda x: x - x.amax(-1, keepdim=True), True),  # a reduction and a row node
+])
+def test_block_shapes_follow_memory_order(fn, contiguous, tmp_path):
+    kernel = only_triton_kernel(fn, torch.randn(5, 12), options=TritonOptions(cache_dir=tmp_path))
+    assert kernel.contiguous == contiguous
+    # Defaults: up to 8 x 128 for strided reductions; a contiguous one takes up to 1024 of a row
+    # and as many rows as keep the block within 1024 elements.
+    work = [(16384, 1024), (16384, 13), (7, 300), (1, 10**6)]
+    expected = [(1, 1024), (8, 16), (2, 512), (1, 1024)] if contiguous else [(8, 128), (8, 16), (8, 128), (1, 128)]
+    assert [kernel._reduction_blocks(x, r) for x, r in work] == expected
+
+
+def test_contiguous_rows_with_default_blocks(tmp_path):
+    options = TritonOptions(cache_dir=tmp_path)
+    check(lambda x: (x.sum(-1), x.amax(-1), x.sum(0)), (torch.randn(9, 700),), options, rtol=1e-5, atol=1e-4)

@@ -1,22 +1,18 @@
 """Generated source (readability, one @triton.jit per kernel), the cache, options, verify,
 the ops-handler completeness and the entry point."""
 
-import os
+import builtins
+import dataclasses
+import importlib.metadata
+import pathlib
+import tomllib
 
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: run kernels on CPU tensors
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
-import builtins  # noqa: E402
-import dataclasses  # noqa: E402
-import importlib.metadata  # noqa: E402
-import pathlib  # noqa: E402
-import tomllib  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
-
-import kiln.codegen_triton as codegen_triton  # noqa: E402
-from kiln.codegen_triton import (  # noqa: E402
+import kiln.codegen_triton as codegen_triton
+from kiln.codegen_triton import (
     TritonArtifacts,
     TritonCodegenError,
     TritonOptions,
@@ -24,8 +20,8 @@ from kiln.codegen_triton import (  # noqa: E402
     generate,
     verify,
 )
-from kiln.codegen_triton._internal.handler import TritonHandler  # noqa: E402
-from kiln.loopir import OPS, lower  # noqa: E402
+from kiln.codegen_triton._internal.handler import TritonHandler
+from kiln.loopir import OPS, lower
 
 
 def three_kernel_graph():
@@ -126,8 +122,18 @@ def test_entry_point_names_compile():
     assert installed.load() is compile
 
 
-def test_row_nodes_are_refused_with_a_clear_error():
-    kg = lower(make_fx(lambda x: x - x.amax(-1, keepdim=True))(torch.randn(4, 6)))
-    assert any(k.is_row(n) for k in kg.kernels for n in k.nodes)
-    with pytest.raises(TritonCodegenError, match="fuse_rows=False"):
-        generate(kg)
+def test_row_nodes_get_their_own_loop_and_a_barrier_only_when_read_back():
+    def fn(x):
+        e = torch.exp(x - torch.amax(x, -1, keepdim=True))  # a row node, read by the sum and the div
+        return e / e.sum(-1, keepdim=True)  # a row node nothing reads after it
+
+    (kernel,) = lower(make_fx(fn)(torch.randn(4, 6))).kernels
+    rows = [n.name for n in kernel.nodes if kernel.is_row(n)]
+    assert len(rows) == 2
+    source = generate(lower(make_fx(fn)(torch.randn(4, 6))))
+    assert source.count("for roffset in range(") == 4  # amax, exp row, sum, div row
+    assert source.count("row loop over [6]") == 2
+    assert source.count("tl.debug_barrier()") == 1
+    assert source.count(f"tl.load(out_{rows[0]} + ") == 2  # the sum and the div read the row back
+    assert source.count("xmask & rmask)") >= 4  # row stores are masked by both masks
+    builtins.compile(source, "<generated>", "exec")

@@ -36,12 +36,6 @@ def generate(kernel_graph: KernelGraph, options: TritonOptions | None = None) ->
     """The Triton source (one Python module, one `@triton.jit` function per kernel) for
     every kernel of `kernel_graph`. Needs no GPU and does not import triton."""
     del options  # block sizes are launch parameters; nothing in the source depends on options yet
-    for kernel in kernel_graph.kernels:
-        rows = [n.name for n in kernel.nodes if kernel.is_row(n)]
-        if rows:
-            raise TritonCodegenError(f"{kernel.name}: row nodes {rows} (pointwise loops inside a reduction's "
-                                     "kernel) are not supported by codegen_triton yet; lower with "
-                                     "loopir.lower(gm, fuse_rows=False)")
     return kernel_graph_source(list(kernel_graph.kernels))
 
 

@@ -113,6 +113,7 @@ class TritonHandler(OpsHandler):
         self.locals: dict[str, str] = {}  # buffer kept in registers -> variable
         self.constants: dict[str, Any] = {}  # variable -> Python value of an ops.constant
         self.outputs = {o.name for o in kernel.outputs}
+        self.produced = {n.name for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
         self.current = ""  # name of the buffer being emitted, for error messages
         self._count = 0
@@ -140,7 +141,8 @@ class TritonHandler(OpsHandler):
         if name in self.locals:
             return self.locals[name]
         masks = self._masks(index)
-        pointer = f"in_{name} + {_offset(index)}"
+        # A row node's buffer is read back from memory by later loops of its own kernel.
+        pointer = f"{'out' if name in self.produced else 'in'}_{name} + {_offset(index)}"
         if not masks:  # one element for every lane: a scalar load, always in bounds
             return self._var(f"tl.load({pointer})")
         return self._var(f"tl.load({pointer}, {' & '.join(masks)})")
@@ -150,9 +152,11 @@ class TritonHandler(OpsHandler):
         if name not in self.outputs:
             return
         offset = _offset(index)
-        if not self._masks(index):  # broadcast the pointer so the store is a block store
+        masks = self._masks(index)
+        if "xmask" not in masks:  # broadcast the pointer over the outer points: a block store
             offset = f"{offset} + tl.zeros_like(xindex)"
-        self.lines.append(f"tl.store(out_{name} + {offset}, {value}, xmask)")
+        mask = " & ".join(["xmask"] + [m for m in masks if m != "xmask"])
+        self.lines.append(f"tl.store(out_{name} + {offset}, {value}, {mask})")
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str) -> str:
         """Ends the loop body: what was emitted so far runs once per RBLOCK chunk."""

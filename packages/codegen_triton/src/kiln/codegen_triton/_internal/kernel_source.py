@@ -6,6 +6,11 @@ points ``xindex = pid * XBLOCK + arange(XBLOCK)`` (masked by ``xindex < xnumel``
 ranges in chunks of RBLOCK, recovering ``r0, r1, ...`` the same way. Parameters are
 ``in_<buffer>`` pointers for inputs, ``out_<buffer>`` pointers for outputs, one int per size
 symbol, then the block sizes. Buffers that never leave the kernel stay in registers.
+
+A *row node* (loopir's `Kernel.is_row`: pointwise work over the rows of the kernel's reduction,
+as in softmax or layer norm) gets its own loop over the row ranges in RBLOCK chunks, storing
+every element; later loops of the same program read it back through its ``out_<buffer>``
+pointer, after a `tl.debug_barrier()` (see `_row_lines`).
 """
 
 from __future__ import annotations
@@ -75,31 +80,69 @@ def _bound_index(variables: Sequence[sympy.Symbol], sizes: Sequence[sympy.Expr])
     return tuple(sympy.Integer(0) if size == 1 else var for var, size in zip(variables, sizes))
 
 
-def _node_lines(handler: TritonHandler, node: ComputedBuffer, ivars: tuple[sympy.Expr, ...]) -> list[str]:
-    """Statements computing one node: straight-line code, or a reduction loop then its fold."""
-    handler.lines = []
-    handler.current = node.name
-    saved_cache = dict(handler.cache)
-    rvars = index_vars(len(node.reduction_ranges), "r")
-    node.run(handler, ivars, _bound_index(rvars, node.reduction_ranges))
+def _node_header(node: ComputedBuffer) -> str:
     header = f"# {node.spec}"
     if node.origins:
         header += f"  (from {', '.join(node.origins)})"
-    if not isinstance(node.body, Reduction):
-        return [header] + handler.lines
-    red = handler.pending_reduction
-    handler.cache = saved_cache  # values computed inside the loop are out of scope after it
-    rnumel = _unparenthesized(triton_expr(_product(node.reduction_ranges)))
-    ranges = ", ".join(str(r) for r in node.reduction_ranges)
-    lines = [f"{header}: {red.reduction_type} over [{ranges}]",
-             red.init,
-             f"rnumel = {rnumel}",
-             "for roffset in range(0, rnumel, RBLOCK):"]
+    return header
+
+
+def _loop_lines(variables: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], body: list[str]) -> list[str]:
+    """A loop over the flattened `ranges` in RBLOCK chunks, defining `variables` for `body`."""
+    rnumel = _unparenthesized(triton_expr(_product(ranges)))
     loop = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :].to(tl.int64)",
             "rmask = rindex < rnumel"]
-    loop += _unflatten_lines("rindex", rvars, node.reduction_ranges)
-    loop += red.body
-    return lines + ["    " + line for line in loop] + handler.lines
+    loop += _unflatten_lines("rindex", variables, ranges)
+    loop += body
+    return [f"rnumel = {rnumel}", "for roffset in range(0, rnumel, RBLOCK):"] + ["    " + line for line in loop]
+
+
+def _node_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) -> list[str]:
+    """Statements computing one node: straight-line code, or a reduction loop then its fold."""
+    if kernel.is_row(node):
+        return _row_lines(handler, node, kernel)
+    handler.lines = []
+    handler.current = node.name
+    saved_cache = dict(handler.cache)
+    index, rindex = kernel.placement(node)
+    node.run(handler, _bound_index(index, kernel.ranges), _bound_index(rindex, node.reduction_ranges))
+    if not isinstance(node.body, Reduction):
+        return [_node_header(node)] + handler.lines
+    red = handler.pending_reduction
+    handler.cache = saved_cache  # values computed inside the loop are out of scope after it
+    ranges = ", ".join(str(r) for r in node.reduction_ranges)
+    lines = [f"{_node_header(node)}: {red.reduction_type} over [{ranges}]", red.init]
+    rvars = index_vars(len(node.reduction_ranges), "r")
+    return lines + _loop_lines(rvars, node.reduction_ranges, red.body) + handler.lines
+
+
+def _read_later(kernel: Kernel, node: ComputedBuffer) -> bool:
+    """Whether a node after `node` in `kernel` loads `node`'s buffer."""
+    later = kernel.nodes[kernel.nodes.index(node) + 1:]
+    return any(access.buffer == node.name for n in later for access in kernel.accesses(n).reads)
+
+
+def _row_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) -> list[str]:
+    """A row node: its own loop over the kernel's row ranges, storing every element.
+
+    Later loops read the row back from memory, at the same (i, r) points, in the same program.
+    The store and the later load of one element may be made by different threads of the
+    block (the compiler picks each access's thread layout), so a `tl.debug_barrier()` (a
+    block-wide barrier, which also orders global memory within the block) separates them.
+    """
+    handler.lines = []
+    handler.current = node.name
+    saved_cache, saved_locals = dict(handler.cache), dict(handler.locals)
+    node.run(handler, *kernel.placement(node))
+    body = handler.lines
+    # Values of the row loop are out of scope after it; later loops load the row from memory.
+    handler.cache, handler.locals = saved_cache, saved_locals
+    ranges = ", ".join(str(r) for r in kernel.row_ranges)
+    lines = [f"{_node_header(node)}: row loop over [{ranges}]"]
+    lines += _loop_lines(index_vars(len(kernel.row_ranges), "r"), kernel.row_ranges, body)
+    if _read_later(kernel, node):
+        lines.append("tl.debug_barrier()  # the row's stores are visible to every thread's later loads")
+    return lines
 
 
 def _check_names(kernel: Kernel) -> None:
@@ -128,9 +171,8 @@ def kernel_function(kernel: Kernel) -> str:
             f"xindex = xoffset + {arange}",
             "xmask = xindex < xnumel"]
     body += _unflatten_lines("xindex", ivars, kernel.ranges)
-    bound = _bound_index(ivars, kernel.ranges)
     for node in kernel.nodes:
-        body += _node_lines(handler, node, bound)
+        body += _node_lines(handler, node, kernel)
     signature = ", ".join(params)
     lines = ["@triton.jit", f"def {kernel.name}({signature}):"]
     return "\n".join(lines + ["    " + line for line in body])

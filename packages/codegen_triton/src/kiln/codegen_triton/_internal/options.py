@@ -25,7 +25,12 @@ class TritonOptions:
     cache_dir: where generated sources are written, one file per content hash.
     xblock: most outer points one program of a pointwise kernel computes.
     reduction_xblock: most outer points one program of a reduction kernel computes.
-    rblock: most reduction elements a reduction loop step reads per outer point.
+    rblock: most reduction elements a reduction loop step reads per outer point, when the
+        reduction walks memory with a stride (sum over a middle dim): a wide XBLOCK then keeps
+        neighbouring outer points' reads together.
+    contiguous_rblock: the same when every loop over reduction ranges reads them contiguously
+        (softmax, layer norm, sum over the last dim): RBLOCK grows up to this, and XBLOCK
+        shrinks so that XBLOCK * RBLOCK stays within reduction_xblock * rblock.
     num_warps: warps per program (ignored by the Triton interpreter).
     check_inputs: check input dtypes, devices and strides against the kernel on every call.
     device: where outputs of kernels without tensor inputs are allocated; None means "cuda"
@@ -39,13 +44,14 @@ class TritonOptions:
     xblock: int = 1024
     reduction_xblock: int = 8
     rblock: int = 128
+    contiguous_rblock: int = 1024
     num_warps: int = 4
     check_inputs: bool = True
     device: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))
-        for field in ("xblock", "reduction_xblock", "rblock", "num_warps"):
+        for field in ("xblock", "reduction_xblock", "rblock", "contiguous_rblock", "num_warps"):
             value = getattr(self, field)
             if not _is_power_of_two(value):
                 raise ValueError(f"TritonOptions.{field} must be a positive power of two, got {value!r}")

@@ -1,7 +1,16 @@
-"""Calling generated kernels: check inputs, allocate outputs, pick block sizes, launch."""
+"""Calling generated kernels: check inputs, allocate outputs, pick block sizes, launch.
+
+Per-call work is kept small, since a graph of a few kernels on small tensors is dominated by
+the host: everything that depends only on the size arguments (output layouts, expected input
+layouts, block sizes, grid) is computed once per distinct sizes as a `_Plan`; input checks
+compare against it directly and only build an error message on a mismatch. On a GPU, the
+first launch of each specialization goes through `JITFunction[grid](...)` (which compiles);
+later ones call the compiled kernel's launcher directly (see `launch.py`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -9,13 +18,16 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import Kernel, Reduction
+from kiln.loopir import Kernel, Reduction, index_vars
 
 from .kernel_source import has_reduction
+from .launch import DirectLauncher
 from .options import TritonCodegenError, TritonOptions
 from .printer import python_expr
 
 log = logging.getLogger(__name__)
+
+MAX_PLANS = 64  # distinct size tuples remembered per kernel (dynamic shapes)
 
 
 def _host_function(kernel: Kernel, rows: Sequence[Sequence[sympy.Expr]]) -> Callable[..., list[tuple[int, ...]]]:
@@ -34,6 +46,45 @@ def _numel(sizes: Sequence[sympy.Expr]) -> sympy.Expr:
     return sympy.Mul(*sizes) if sizes else sympy.Integer(1)
 
 
+def reads_rows_contiguously(kernel: Kernel) -> bool:
+    """Whether every access inside the kernel's loops over reduction ranges (reductions and row
+    nodes) moves by one element per step of the innermost varying reduction variable, or does
+    not depend on it: then a wide RBLOCK reads whole rows in coalesced chunks."""
+    for node in kernel.nodes:
+        row = kernel.is_row(node)
+        if not (row or isinstance(node.body, Reduction)):
+            continue
+        ranges = kernel.row_ranges if row else node.reduction_ranges
+        varying = [v for v, size in zip(index_vars(len(ranges), "r"), ranges) if size != 1]
+        if not varying:
+            continue
+        inner = varying[-1]
+        for access in kernel.accesses(node).accesses:
+            if inner in access.index.free_symbols and inner in sympy.expand(access.index - inner).free_symbols:
+                return False
+    return True
+
+
+def _int_class(value: int) -> tuple[bool, bool, bool]:
+    """What Triton specializes an int argument on: == 1, divisible by 16, 32-bit."""
+    return value == 1, value % 16 == 0, -(2**31) <= value < 2**31
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plan:
+    """Everything a launch needs that depends only on the size arguments."""
+
+    sizes: tuple[int, ...]
+    out_layouts: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype], ...]
+    in_sizes: tuple[tuple[int, ...], ...]
+    in_strides: tuple[tuple[int, ...], ...]
+    empty: bool  # no outer point: nothing to launch
+    grid: tuple[int]
+    blocks: tuple[int, ...]  # XBLOCK (, RBLOCK): the constexpr arguments, in signature order
+    launch: dict[str, int]  # the same as keywords for JITFunction[grid](...), plus num_warps
+    size_key: tuple  # the sizes' part of the specialization key (see DirectLauncher)
+
+
 class TritonKernel:
     """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, launching a generated Triton kernel."""
 
@@ -43,58 +94,96 @@ class TritonKernel:
         self.jit_function = jit_function
         self.options = options
         self.reduction = has_reduction(kernel)
+        self.interpreted = type(jit_function).__name__ == "InterpretedFunction"
+        self.contiguous = self.reduction and reads_rows_contiguously(kernel)
         rnumels = [_numel(n.reduction_ranges) for n in kernel.nodes if isinstance(n.body, Reduction)]
-        self._outputs = _host_function(kernel, [o.size for o in kernel.outputs] +
-                                       [o.stride for o in kernel.outputs])
-        self._work = _host_function(kernel, [[_numel(kernel.ranges)] + rnumels])
-        self._input_layouts = _host_function(kernel, [i.size for i in kernel.inputs] +
-                                             [i.stride for i in kernel.inputs])
+        self._n_in = len(kernel.inputs)
+        self._n_args = self._n_in + len(kernel.symbols)
+        self._in_dtypes = tuple(i.dtype for i in kernel.inputs)
+        self._layouts = _host_function(kernel, [o.size for o in kernel.outputs] + [o.stride for o in kernel.outputs]
+                                       + [i.size for i in kernel.inputs] + [i.stride for i in kernel.inputs]
+                                       + [[_numel(kernel.ranges)] + rnumels])
+        self._plans: dict[tuple, _Plan] = {}
+        self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
-        n_in = len(self.kernel.inputs)
-        if len(args) != n_in + len(self.kernel.symbols):
-            raise TypeError(f"{self.__name__} takes {n_in} tensors and {len(self.kernel.symbols)} "
+        if len(args) != self._n_args:
+            raise TypeError(f"{self.__name__} takes {self._n_in} tensors and {len(self.kernel.symbols)} "
                             f"sizes, got {len(args)} arguments")
-        inputs, sizes = args[:n_in], [int(s) for s in args[n_in:]]
-        if self.options.check_inputs:
-            self._check(inputs, sizes)
+        inputs, size_args = args[:self._n_in], args[self._n_in:]
+        plan = self._plans.get(size_args) or self._new_plan(size_args)
+        if self.options.check_inputs and not self._inputs_match(inputs, plan):
+            self._check(inputs, plan)
         device = inputs[0].device if inputs else self._default_device()
-        shapes = self._outputs(*sizes)
-        n_out = len(self.kernel.outputs)
-        outputs = tuple(torch.empty_strided(size, stride, dtype=spec.dtype, device=device)
-                        for size, stride, spec in zip(shapes[:n_out], shapes[n_out:], self.kernel.outputs))
-        xnumel, *rnumels = self._work(*sizes)[0]
-        if xnumel == 0:
+        outputs = tuple(torch.empty_strided(size, stride, dtype=dtype, device=device)
+                        for size, stride, dtype in plan.out_layouts)
+        if plan.empty:
             return outputs
-        launch: dict[str, int] = {"num_warps": self.options.num_warps}
+        if self._launcher is None:
+            self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, **plan.launch)
+        else:
+            self._launcher.launch(plan, inputs, outputs)
+        return outputs
+
+    def _new_plan(self, size_args: tuple) -> _Plan:
+        sizes = tuple(int(s) for s in size_args)
+        rows = self._layouts(*sizes)
+        n_out, n_in = len(self.kernel.outputs), self._n_in
+        out_layouts = tuple(zip(rows[:n_out], rows[n_out:2 * n_out], (o.dtype for o in self.kernel.outputs)))
+        in_rows = rows[2 * n_out:]
+        xnumel, *rnumels = rows[-1]
+        launch = {"num_warps": self.options.num_warps}
         if self.reduction:
-            launch["XBLOCK"] = _block(xnumel, self.options.reduction_xblock)
-            launch["RBLOCK"] = _block(max(rnumels, default=1), self.options.rblock)
+            launch["XBLOCK"], launch["RBLOCK"] = self._reduction_blocks(xnumel, max(rnumels, default=1))
         else:
             launch["XBLOCK"] = _block(xnumel, self.options.xblock)
-        grid = (-(-xnumel // launch["XBLOCK"]),)
-        self.jit_function[grid](*inputs, *outputs, *sizes, **launch)
-        return outputs
+        blocks = (launch["XBLOCK"], launch["RBLOCK"]) if self.reduction else (launch["XBLOCK"],)
+        plan = _Plan(sizes, out_layouts, in_rows[:n_in], in_rows[n_in:2 * n_in], xnumel == 0,
+                     (-(-xnumel // launch["XBLOCK"]),), blocks, launch,
+                     (blocks, tuple(_int_class(s) for s in sizes)))
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        self._plans[size_args] = plan
+        return plan
+
+    def _reduction_blocks(self, xnumel: int, rnumel: int) -> tuple[int, int]:
+        """(XBLOCK, RBLOCK); see `TritonOptions.rblock` and `contiguous_rblock`."""
+        options = self.options
+        if not self.contiguous:
+            return _block(xnumel, options.reduction_xblock), _block(rnumel, options.rblock)
+        rblock = _block(rnumel, options.contiguous_rblock)
+        budget = options.reduction_xblock * options.rblock
+        return _block(xnumel, min(options.reduction_xblock, max(1, budget // rblock))), rblock
+
+    def _inputs_match(self, inputs: Sequence[Any], plan: _Plan) -> bool:
+        """The cheap check: exact dtypes, sizes, strides and one device (no message built)."""
+        try:
+            device = inputs[0].get_device() if inputs else None
+            for tensor, dtype, size, stride in zip(inputs, self._in_dtypes, plan.in_sizes, plan.in_strides):
+                if (tensor.dtype != dtype or tensor.shape != size or tensor.stride() != stride
+                        or tensor.get_device() != device):
+                    return False
+        except (AttributeError, TypeError):  # not a tensor: the full check names it
+            return False
+        return True
 
     def _default_device(self) -> torch.device:
         """Where a kernel without tensor inputs allocates: loopir's specs carry no device yet."""
         if self.options.device is not None:
             return torch.device(self.options.device)
-        interpreted = type(self.jit_function).__name__ == "InterpretedFunction"
-        return torch.device("cuda" if torch.cuda.is_available() and not interpreted else "cpu")
+        return torch.device("cuda" if torch.cuda.is_available() and not self.interpreted else "cpu")
 
-    def _check(self, inputs: Sequence[torch.Tensor], sizes: list[int]) -> None:
-        device = inputs[0].device if inputs else None
-        layouts = self._input_layouts(*sizes)
-        n_in = len(inputs)
-        for tensor, size, stride, spec in zip(inputs, layouts[:n_in], layouts[n_in:], self.kernel.inputs):
+    def _check(self, inputs: Sequence[torch.Tensor], plan: _Plan) -> None:
+        """The full check, with a message naming the input; strides of size-1 dims are free."""
+        device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
+        for tensor, size, stride, spec in zip(inputs, plan.in_sizes, plan.in_strides, self.kernel.inputs):
             if not isinstance(tensor, torch.Tensor) or tensor.dtype != spec.dtype or tensor.device != device:
                 got = f"{tensor.dtype} on {tensor.device}" if isinstance(tensor, torch.Tensor) else type(tensor)
                 raise TritonCodegenError(f"{self.__name__}: input {spec.name} must be a {spec.dtype} tensor "
                                          f"on {device}, got {got}")
             if tuple(tensor.shape) != size:
                 raise TritonCodegenError(f"{self.__name__}: input {spec.name} has sizes {tuple(tensor.shape)}, "
-                                         f"but the size arguments {sizes} give {size}")
+                                         f"but the size arguments {list(plan.sizes)} give {size}")
             if any(st != e for st, e, n in zip(tensor.stride(), stride, tensor.shape) if n > 1):
                 raise TritonCodegenError(f"{self.__name__}: input {spec.name} has strides {tensor.stride()}, "
                                          f"but the kernel was generated for {stride}")

@@ -1,0 +1,110 @@
+"""`DirectLauncher`: launch compiled Triton kernels without re-running Triton's dispatch.
+
+`JITFunction[grid](*args)` binds the arguments, computes their specialization (dtypes,
+16-byte alignment of pointers, ints equal to 1 / divisible by 16 / 32-bit), looks the compiled
+kernel up, then calls its launcher: tens of microseconds of Python per launch, more than many
+small kernels take to run. The first launch of each specialization still goes through it (it
+compiles, and returns the `CompiledKernel`); the launcher is remembered under a key at least
+as fine as Triton's specialization (see `_key`), and later launches with that key call
+``compiled.run(grid, stream, function, metadata, hooks, *args)`` directly, exactly as
+`JITFunction.run` does (triton >= 3.4: all arguments, constexprs included, are passed; the
+launcher skips the constexprs). Triton versions without those pieces keep the plain path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+_ALIGNMENT = 16  # bytes: Triton specializes pointers on `data_ptr() % 16 == 0`
+
+
+def _runtime() -> tuple[Any, Any, Any] | None:
+    """(knobs.runtime, get_current_device, get_current_stream) of the active Triton driver,
+    or None when this Triton is too old for direct launches."""
+    try:
+        from triton import knobs
+        from triton.runtime import driver
+    except ImportError:
+        return None
+    active = driver.active
+    if not hasattr(knobs, "runtime") or not hasattr(active, "get_current_stream"):
+        return None
+    return knobs.runtime, active.get_current_device, active.get_current_stream
+
+
+def _hook_active(hook: Any) -> bool:
+    """Whether a launch hook does anything (a HookChain with no calls, or None, does not)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+class DirectLauncher:
+    """Launches one `JITFunction` for `TritonKernel`; see the module docstring."""
+
+    def __init__(self, jit_function: Any, dtypes_checked: bool) -> None:
+        self.jit_function = jit_function
+        self.dtypes_checked = dtypes_checked  # TritonKernel checked input dtypes; else they join the key
+        self._launchers: dict[tuple, tuple[Any, Any, Any, Any]] = {}
+        self._runtime: tuple[Any, Any, Any] | None = None
+        self._direct = True  # False once this Triton turned out not to support direct launches
+        self._proven = False  # a direct launch went through (argument errors surface on the first)
+
+    def _key(self, device: int, plan: Any, inputs: Sequence[torch.Tensor]) -> tuple:
+        """Device, block sizes, the size ints' classes and input pointer alignments (outputs are
+        fresh allocations of torch's caching allocator: always aligned)."""
+        aligned = tuple(t.data_ptr() % _ALIGNMENT == 0 for t in inputs)
+        if self.dtypes_checked:
+            return device, plan.size_key, aligned
+        return device, plan.size_key, aligned, tuple(t.dtype for t in inputs)
+
+    def launch(self, plan: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
+        if self._direct and self._runtime is None:
+            self._runtime = _runtime()
+            self._direct = self._runtime is not None
+        if not self._direct:
+            self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, **plan.launch)
+            return
+        knobs, current_device, current_stream = self._runtime
+        device = current_device()
+        key = self._key(device, plan, inputs)
+        found = self._launchers.get(key)
+        if found is None:
+            self._first_launch(key, plan, inputs, outputs)
+            return
+        run, function, metadata, compiled = found
+        stream = current_stream(device)
+        enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
+        args = (*inputs, *outputs, *plan.sizes, *plan.blocks)
+        launch_metadata = compiled.launch_metadata(plan.grid, stream, *args) if _hook_active(enter) else None
+        if self._proven:
+            run(plan.grid[0], 1, 1, stream, function, metadata, launch_metadata, enter, leave, *args)
+            return
+        try:  # the launcher parses every argument before it launches: a failure launched nothing
+            run(plan.grid[0], 1, 1, stream, function, metadata, launch_metadata, enter, leave, *args)
+        except (TypeError, ValueError) as error:
+            log.warning("codegen_triton: direct launch of %s failed (%s); launching through "
+                        "JITFunction[grid](...) from now on", getattr(self.jit_function, "__name__", "?"), error)
+            self._direct = False
+            self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, **plan.launch)
+            return
+        self._proven = True
+
+    @property
+    def direct(self) -> bool:
+        """Whether launches after the first of a specialization skip `JITFunction[grid](...)`."""
+        return self._direct and self._proven
+
+    def _first_launch(self, key: tuple, plan: Any, inputs: Sequence[torch.Tensor],
+                      outputs: Sequence[torch.Tensor]) -> None:
+        compiled = self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, **plan.launch)
+        try:
+            self._launchers[key] = (compiled.run, compiled.function, compiled.packed_metadata, compiled)
+        except AttributeError:
+            log.info("codegen_triton: this Triton's compiled kernels have no direct launcher; "
+                     "every launch goes through JITFunction[grid](...)")
+            self._direct = False
