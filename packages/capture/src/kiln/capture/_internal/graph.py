@@ -11,6 +11,7 @@ from typing import Any, Literal
 import torch
 
 from kiln.capture._internal.breaks import GraphBreak, break_from_compile_reason
+from kiln.capture._internal.inputs import InputSpec, describe_inputs, placeholder_sources
 from kiln.capture._internal.source import SourceLocation, graph_source
 
 log = logging.getLogger(__name__)
@@ -27,8 +28,10 @@ class CapturedGraph:
     ``gm`` is the graph (Torch IR from Dynamo, ATen IR from torch.export) and takes
     ``example_inputs`` positionally, one per placeholder; those may be FakeTensors and are
     never read. ``index`` is the order of capture, ``source`` the user line the graph starts
-    at, ``graph_break`` the break that ended the graph (None when it ran to a return), and
-    ``ir`` says which IR the graph is in.
+    at, ``graph_break`` the break that ended the graph (None when it ran to a return),
+    ``ir`` says which IR the graph is in, ``compile_id`` is Dynamo's id of the compile
+    that produced it (``"0/1"``: frame 0, second compile, so a recompile; None outside
+    Dynamo) and ``input_sources`` Dynamo's name for each input (``L['x']``).
     """
 
     gm: torch.fx.GraphModule
@@ -37,6 +40,8 @@ class CapturedGraph:
     source: SourceLocation | None = None
     graph_break: GraphBreak | None = None
     ir: IRKind = "torch"
+    compile_id: str | None = None
+    input_sources: tuple[str | None, ...] = ()
 
     @classmethod
     def from_backend(
@@ -54,6 +59,8 @@ class CapturedGraph:
             source=graph_source(gm),
             graph_break=graph_break,
             ir="torch",
+            compile_id=current_compile_id(gm),
+            input_sources=placeholder_sources(gm),
         )
         log.debug("captured %s", record)
         return record
@@ -61,6 +68,10 @@ class CapturedGraph:
     def op_counts(self) -> Counter[str]:
         """How many times each op is called, keyed by a readable op name."""
         return Counter(op_name(node) for node in self.gm.graph.nodes if node.op in _COMPUTE_OPS)
+
+    def input_specs(self) -> tuple[InputSpec, ...]:
+        """Shape, strides, dtype (symbolic sizes as ``s77``) and origin of each input."""
+        return describe_inputs(self.gm, self.example_inputs, self.input_sources)
 
     @property
     def num_ops(self) -> int:
@@ -77,6 +88,17 @@ class CapturedGraph:
         head = f"graph {self.index} ({self.ir} IR, {self.num_ops} op{plural}){where}"
         tail = f"\n  ended by {self.graph_break}" if self.graph_break else ""
         return f"{head}: {ops or '(no ops)'}{tail}"
+
+
+def current_compile_id(gm: torch.fx.GraphModule) -> str | None:
+    """Dynamo's compile id for ``gm`` (``"0/1"``), from the graph or the running compile."""
+    compile_id = gm.meta.get("dynamo_compile_id")
+    if compile_id is None:
+        try:
+            compile_id = torch._guards.CompileContext.current_compile_id()
+        except AttributeError:  # no compile context in this torch version
+            compile_id = None
+    return None if compile_id is None else str(compile_id)
 
 
 def op_name(node: torch.fx.Node) -> str:
