@@ -91,3 +91,42 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", str(ROOT))
     session.run("python", str(ROOT / "tools" / "check_imports.py"))
+
+
+def _run_package_tool(session: nox.Session, name: str, script: str, *extra: str) -> None:
+    """Install `name` (with its kiln dependencies) and run one of its tools/ scripts."""
+    _install(session, "torch")
+    for dep in _kiln_dependencies(name):
+        _install(session, str(_project_dir(dep)))
+    _install(session, str(_project_dir(name)), *extra)
+    session.run("python", str(_project_dir(name) / "tools" / script), *session.posargs)
+
+
+@nox.session
+def opinfo_decomp(session: nox.Session) -> None:
+    """decomp: every decomposition in core_aten()/loop_level() vs eager on all OpInfo samples."""
+    _run_package_tool(session, "decomp", "opinfo_decomp.py", "expecttest", "numpy")
+
+
+@nox.session
+def opinfo_grad(session: nox.Session) -> None:
+    """autograd_trace: aot_compile (eager compilers) vs eager outputs and gradients over op_db."""
+    _run_package_tool(session, "autograd_trace", "opinfo_grad.py", "expecttest", "numpy")
+
+
+@nox.session
+def activation_memory(session: nox.Session) -> None:
+    """autograd_trace: bytes saved for backward, save_all vs min_cut."""
+    _run_package_tool(session, "autograd_trace", "activation_memory.py", "transformers")
+
+
+@nox.session
+def bench_partition(session: nox.Session) -> None:
+    """partition: kiln's partitioner vs torch's CapabilityBasedPartitioner on random DAGs."""
+    _run_package_tool(session, "partition", "bench_partition.py")
+
+
+@nox.session
+def capture_roundtrip(session: nox.Session) -> None:
+    """capture: save/load round trip of every graph of the HF models (from configs)."""
+    _run_package_tool(session, "capture", "hf_roundtrip.py", "transformers")
