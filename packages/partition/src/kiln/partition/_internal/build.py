@@ -26,6 +26,11 @@ from .regions import RegionPlan
 
 logger = logging.getLogger(__name__)
 
+try:  # Generates code on first use, not at construction (torch >= 2.2; private API)
+    from torch.fx._lazy_graph_module import _LazyGraphModule as _GraphModuleClass
+except ImportError:  # pragma: no cover - older or future torch without it
+    _GraphModuleClass = fx.GraphModule
+
 
 @dataclass(frozen=True, slots=True)
 class BuiltRegion:
@@ -68,7 +73,7 @@ def build_partitioned(
         attributes[region.info.name] = region.module
         built.append(region.info)
     new_graph.node_copy(_output(graph), env.__getitem__)
-    new_gm = fx.GraphModule(attributes, new_graph)
+    new_gm = _GraphModuleClass(attributes, new_graph)
     new_gm.train(gm.training)
     new_gm.meta.update(getattr(gm, "meta", {}))
     return new_gm, built
@@ -226,4 +231,4 @@ def build_region_module(
         for n in (*attrs, *nodes)
         if n.op in ("get_attr", "call_module")
     }
-    return fx.GraphModule(attributes, graph)
+    return _GraphModuleClass(attributes, graph)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._ops import OpOverload, OpOverloadPacket
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 
 logger = logging.getLogger(__name__)
 
@@ -125,9 +126,74 @@ def is_barrier(node: fx.Node) -> bool:
     input mutations and side effects (asserts, profiler ranges, ...)."""
     if node.op not in CALL_OPS:
         return False
+    return mutates_input(node) or _is_barrier_besides_mutation(node)
+
+
+def _is_barrier_besides_mutation(node: fx.Node) -> bool:
     if isinstance(node.target, OpOverload) and not node.target._schema.returns:
         return True  # an op that returns nothing runs for its effect (e.g. aten._assert_async)
-    return mutates_input(node) or _is_impure(node, impure_random=False)
+    return _is_impure(node, impure_random=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What a call node does besides computing its value."""
+
+    mutates: bool  # writes into one of its inputs
+    barrier: bool  # must keep its place relative to every other call
+    random: bool  # draws from the random number generator
+
+
+NO_EFFECTS = Effects(mutates=False, barrier=False, random=False)
+
+
+def effects_of(node: fx.Node, cache: dict[Any, Effects] | None = None) -> Effects:
+    """The `Effects` of `node`; `cache` (target -> Effects) makes repeated targets cheap.
+
+    Only facts that depend on the target alone are cached: OpOverloads (schema and tags) and
+    plain functions called without `out=` / `inplace=`; higher-order operators, methods and
+    modules are judged node by node.
+    """
+    if node.op not in CALL_OPS:
+        return NO_EFFECTS
+    key = _cache_key(node) if cache is not None else None
+    if key is not None:
+        found = cache.get(key)
+        if found is not None:
+            return found
+    mutates = mutates_input(node)
+    effects = Effects(mutates, mutates or _is_barrier_besides_mutation(node), is_random(node))
+    if key is not None:
+        cache[key] = effects
+    return effects
+
+
+def _cache_key(node: fx.Node) -> Any:
+    if node.op != "call_function" or isinstance(node.target, HigherOrderOperator):
+        return None
+    if not isinstance(node.target, OpOverload) and (
+        "out" in node.kwargs or "inplace" in node.kwargs
+    ):
+        return None
+    try:
+        hash(node.target)
+    except TypeError:
+        return None
+    return node.target
+
+
+def cached_op_name(node: fx.Node, cache: dict[Any, str]) -> str:
+    """`op_name(node)`, memoized by target for call_function nodes (str(OpOverload) is slow
+    enough to show on 100,000-node graphs)."""
+    if node.op != "call_function":
+        return op_name(node)
+    try:
+        found = cache.get(node.target)
+    except TypeError:
+        return op_name(node)
+    if found is None:
+        found = cache[node.target] = op_name(node)
+    return found
 
 
 def op_name(node: fx.Node) -> str:

@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 from torch._ops import OpOverload, OpOverloadPacket
 
-from .meta import VAL
+from .meta import has_value, node_value
 
 logger = logging.getLogger(__name__)
 
@@ -174,9 +174,9 @@ class _TensorsAll:
     allowed: frozenset[Any]
 
     def __call__(self, node: fx.Node) -> bool:
-        if VAL not in node.meta:
+        if not has_value(node):
             return False
-        for tensor in tensors_in(node.meta[VAL]):
+        for tensor in tensors_in(node_value(node)):
             value = tensor.dtype if self.field == "dtype" else tensor.device.type
             if value not in self.allowed:
                 return False
@@ -184,7 +184,8 @@ class _TensorsAll:
 
 
 def supports_dtypes(dtypes: Iterable[torch.dtype]) -> Supported:
-    """Supported when every tensor in node.meta["val"] has one of `dtypes`.
+    """Supported when every tensor in node.meta["val"] (or "example_value") has one of
+    `dtypes`.
 
     A node without "val" is not supported; a node whose value holds no tensor (a SymInt,
     None) is.
@@ -202,3 +203,27 @@ def supports_devices(types: Iterable[str | torch.device]) -> Supported:
     ("cpu", "cuda", or torch.device objects; the index is ignored)."""
     allowed = frozenset(torch.device(t).type for t in types)
     return Supported(_TensorsAll("device", allowed), f"devices{{{', '.join(sorted(allowed))}}}")
+
+
+@dataclass(frozen=True, slots=True)
+class _HasTag:
+    tags: frozenset[torch.Tag]
+
+    def __call__(self, node: fx.Node) -> bool:
+        target = node.target
+        return (
+            node.op == "call_function"
+            and isinstance(target, OpOverload)
+            and any(tag in self.tags for tag in target.tags)
+        )
+
+
+def supports_tags(tags: Iterable[torch.Tag]) -> Supported:
+    """Supported when the node calls an ATen/prims OpOverload carrying one of `tags`
+    (e.g. `{torch.Tag.pointwise}`); Torch IR nodes are never supported by it."""
+    wanted = frozenset(tags)
+    for tag in wanted:
+        if not isinstance(tag, torch.Tag):
+            raise TypeError(f"supports_tags: {tag!r} is not a torch.Tag")
+    names = ", ".join(sorted(t.name for t in wanted))
+    return Supported(_HasTag(wanted), f"tags{{{names}}}")

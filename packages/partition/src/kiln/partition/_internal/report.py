@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch.fx as fx
 
-from .effects import op_name
+from .effects import cached_op_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,7 @@ class RegionSummary:
     op_counts: tuple[tuple[str, int], ...]
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+    node_ops: tuple[str, ...] = ()  # op_name of each node, same order as `nodes`
 
     @property
     def num_nodes(self) -> int:
@@ -43,6 +45,25 @@ class UnsupportedNode:
 
 
 @dataclass(frozen=True, slots=True)
+class RegionSplit:
+    """Why `region` is not part of `after`: "unsupported node", "cycle avoidance" or "min_size".
+
+    `after` is the earlier region (or dissolved group) it could not join, None when the
+    split goes back to the graph inputs; `detail` names the unsupported node (and, for
+    cycle avoidance, the direct read that could not be kept inside one region).
+    """
+
+    region: str
+    after: str | None
+    reason: str
+    detail: str
+
+    def __str__(self) -> str:
+        after = f" after {self.after}" if self.after else ""
+        return f"{self.region}{after}: {self.reason} ({self.detail})"
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionReport:
     """Attached to a partitioned GraphModule as `gm.meta["kiln_partition"]`.
 
@@ -55,10 +76,26 @@ class PartitionReport:
     dissolved: tuple[RegionSummary, ...]
     min_size: int
     predicate: str
+    splits: tuple[RegionSplit, ...] = ()
 
     @property
     def num_region_nodes(self) -> int:
         return sum(r.num_nodes for r in self.regions)
+
+    @property
+    def outside(self) -> tuple[UnsupportedNode, ...]:
+        """Every call node left outside the regions, with why: the unsupported nodes, then the
+        nodes of dissolved regions (reason "min_size")."""
+        small = tuple(
+            UnsupportedNode(name, op, f"min_size: its region has {r.num_nodes} < {self.min_size} nodes")
+            for r in self.dissolved
+            for name, op in zip(r.nodes, r.node_ops)
+        )
+        return self.unsupported + small
+
+    def split_counts(self) -> dict[str, int]:
+        """How many splits each reason caused."""
+        return dict(sorted(Counter(s.reason for s in self.splits).items()))
 
     def __str__(self) -> str:
         lines = [
@@ -66,6 +103,9 @@ class PartitionReport:
             f"{len(self.unsupported)} unsupported nodes, {len(self.dissolved)} dissolved "
             f"(min_size={self.min_size}); predicate {self.predicate}"
         ]
+        if self.splits:
+            counts = ", ".join(f"{reason} x{n}" for reason, n in self.split_counts().items())
+            lines.append(f"  regions split by: {counts}")
         if self.regions:
             lines += _table(
                 ("region", "nodes", "in", "out", "ops"),
@@ -78,6 +118,11 @@ class PartitionReport:
             lines += _table(
                 ("unsupported", "op", "reason"),
                 [(u.name, u.op, u.reason) for u in self.unsupported],
+            )
+        if self.splits:
+            lines += _table(
+                ("split", "after", "reason", "detail"),
+                [(s.region, s.after or "-", s.reason, s.detail) for s in self.splits],
             )
         if self.dissolved:
             lines += _table(
@@ -104,14 +149,17 @@ def summarize_region(
     nodes: Iterable[fx.Node],
     inputs: Iterable[fx.Node] = (),
     outputs: Iterable[fx.Node] = (),
+    names: dict[Any, str] | None = None,
 ) -> RegionSummary:
-    """A `RegionSummary` of original nodes."""
+    """A `RegionSummary` of original nodes (`names`: an op-name cache shared across calls)."""
     nodes = tuple(nodes)
-    counts = Counter(op_name(n) for n in nodes)
+    cache = {} if names is None else names
+    ops = tuple(cached_op_name(n, cache) for n in nodes)
     return RegionSummary(
         name=name,
         nodes=tuple(n.name for n in nodes),
-        op_counts=tuple(sorted(counts.items())),
+        op_counts=tuple(sorted(Counter(ops).items())),
         inputs=tuple(n.name for n in inputs),
         outputs=tuple(n.name for n in outputs),
+        node_ops=ops,
     )

@@ -9,7 +9,7 @@ import torch.fx as fx
 from torch._ops import OpOverload
 
 from .effects import CALL_OPS, mutates_input, op_name
-from .meta import REGION_PREFIX, VAL
+from .meta import REGION_PREFIX, has_value
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def verify(gm: fx.GraphModule) -> None:
 
     Checks: the graph is in topological order and lints; every `kiln_region_*` call targets
     a GraphModule that lints, whose placeholders and value-producing call nodes carry
-    meta["val"], that mutates none of its inputs, returns a tuple, and is unpacked only by
+    meta["val"] (or Dynamo's meta["example_value"]), that mutates none of its inputs, returns a tuple, and is unpacked only by
     in-range getitems.
     """
     if not isinstance(gm, fx.GraphModule):
@@ -75,7 +75,7 @@ def _check_region(gm: fx.GraphModule, call: fx.Node) -> None:
             raise PartitionVerificationError(
                 f"{where}: node {node.name!r} ({op_name(node)}) mutates an input inside a region"
             )
-        if _needs_val(node) and VAL not in node.meta:
+        if _needs_val(node) and not has_value(node):
             raise PartitionVerificationError(
                 f"{where}: node {node.name!r} ({node.format_node()}) has no meta['val']; "
                 "propagate values (e.g. trace with make_fx or FakeTensorProp) before partitioning"
