@@ -6,6 +6,7 @@ import itertools
 import logging
 import os
 import pathlib
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 _graph_ids = itertools.count()  # names debug directories uniquely within this process
@@ -26,9 +27,10 @@ class DebugDump:
     def enabled(self) -> bool:
         return self.directory is not None
 
-    def write(self, stage: str, text: str, suffix: str = ".txt") -> None:
+    def write(self, stage: str, text: str | Callable[[], str], suffix: str = ".txt") -> None:
+        """Write `text` (or what the callable returns: only called when dumping is on)."""
         if self.directory is None:
             return
         path = self.directory / f"{self._count:02d}_{stage}{suffix}"
         self._count += 1
-        path.write_text(text)
+        path.write_text(text() if callable(text) else text)

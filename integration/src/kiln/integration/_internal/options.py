@@ -33,6 +33,8 @@ class KilnOptions:
     openmp / parallel_threshold: C++ codegen parallelism.
     codegen: None picks the codegen by the inputs' device ("cpu": C++, "cuda": Triton); a name
         forces one (e.g. "cuda" on CPU tensors runs Triton's interpreter, TRITON_INTERPRET=1).
+    partitioner: how training graphs split into forward and backward: "min_cut" (recompute cheap
+        ops in the backward to save activation memory) or "save_all".
     """
 
     debug_dir: pathlib.Path | None = None
@@ -43,6 +45,7 @@ class KilnOptions:
     openmp: bool = True
     parallel_threshold: int = 32768
     codegen: str | None = None
+    partitioner: str = "min_cut"
 
     def __post_init__(self) -> None:
         for name in ("debug_dir", "cache_dir"):
@@ -53,6 +56,8 @@ class KilnOptions:
             raise OptionsError(f"min_region_size must be >= 1, got {self.min_region_size}")
         if self.parallel_threshold < 0:
             raise OptionsError(f"parallel_threshold must be >= 0, got {self.parallel_threshold}")
+        if self.partitioner not in ("min_cut", "save_all"):
+            raise OptionsError(f"partitioner must be 'min_cut' or 'save_all', got {self.partitioner!r}")
 
     @classmethod
     def create(cls, overrides: Mapping[str, Any] | KilnOptions | None = None,

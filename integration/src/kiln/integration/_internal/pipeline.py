@@ -45,10 +45,17 @@ class _Stages:
 def eager_reason(example_inputs: Sequence[Any]) -> str | None:
     """Why this graph cannot go through kiln's compiled path today (None: it can)."""
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return ("training graph (grad enabled and inputs require grad): autograd_trace.trace_joint is "
-                "not wired in yet; run under torch.no_grad() for compiled inference")
+    dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in tensors
+                     if t.is_floating_point() and t.dtype not in LOOPIR_DTYPES})
+    if dtypes and all(t.dtype not in LOOPIR_DTYPES for t in tensors if t.is_floating_point()):
+        return f"floating inputs are {', '.join(dtypes)}: loopir generates float32/float64 code only so far"
     return None
+
+
+def is_training(example_inputs: Sequence[Any]) -> bool:
+    """Grad mode is on and some input (parameters included) requires grad."""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
 
 
 def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
@@ -60,7 +67,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
     with stages.stage("capture"):
         captured = capture.CapturedGraph.from_backend(gm, example_inputs, index=index)
         location = str(captured.source) if captured.source is not None else None
-        dump.write("dynamo", gm.print_readable(print_output=False), ".py")
+        dump.write("dynamo", lambda: gm.print_readable(print_output=False), ".py")
         if check:
             capture.verify(gm)
     reason = eager_reason(example_inputs)
@@ -69,33 +76,71 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
         report = GraphReport(index, False, reason, (), (), 0, 0, "", tuple(stages.seconds), location)
         dump.write("report", str(report))
         return gm, report
-    with stages.stage("autograd_trace"):
-        aten = autograd_trace.trace_inference(gm, example_inputs)
-        dump.write("aten", aten.print_readable(print_output=False), ".py")
-        if check:
-            autograd_trace.verify(aten)
-    with stages.stage("decomp"):
-        decomposed = decomp.decompose(aten, decomp.loop_level())
-        dump.write("decomposed", decomposed.print_readable(print_output=False), ".py")
-        if check:
-            decomp.verify(decomposed)
-    with stages.stage("partition"):
-        supported = partition.supports_ops(loopir.supported_ops()) & partition.supports_dtypes(LOOPIR_DTYPES)
-        parted = partition.partition(decomposed, supported, min_size=options.min_region_size)
-        dump.write("partitioned", parted.print_readable(print_output=False), ".py")
-        dump.write("partition_report", str(parted.meta.get("kiln_partition", "")))
-        if check:
-            partition.verify(parted)
     codegen = codegens.select(codegens.device_type(example_inputs), options)
-    compiled = _compile_regions(parted, codegen, dump, stages, check, options.fallback)
+    if is_training(example_inputs):
+        module, compiled = _compile_training(gm, example_inputs, options, codegen, dump, stages, check)
+    else:
+        with stages.stage("autograd_trace"):
+            aten = autograd_trace.trace_inference(gm, example_inputs)
+            dump.write("aten", lambda: aten.print_readable(print_output=False), ".py")
+            if check:
+                autograd_trace.verify(aten)
+        module, compiled = compile_aten(aten, options, codegen, dump, stages, check)
     report = GraphReport(
         index=index, compiled=True, reason=None,
-        lowered_nodes=compiled.lowered, fallback_nodes=compiled.fallbacks + _outside_nodes(parted),
+        lowered_nodes=compiled.lowered, fallback_nodes=compiled.fallbacks,
         kernels=compiled.kernels, externs=compiled.externs, source=compiled.source,
-        stage_seconds=tuple(stages.seconds), location=location)
+        stage_seconds=tuple(stages.seconds), location=location, training=is_training(example_inputs))
     dump.write("report", str(report))
     log.info("kiln: %s", report)
-    return parted, report
+    return module, report
+
+
+def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
+                      codegen: codegens.Codegen, dump: DebugDump, stages: _Stages, check: bool
+                      ) -> tuple[torch.nn.Module, _RegionResults]:
+    """Joint forward+backward trace, partitioned; each half compiled by the inference pipeline.
+
+    The forward is compiled now; the backward on the first backward call (its report goes to
+    the log and the debug dump, since `explain` has returned by then)."""
+    forward = _RegionResults()
+
+    def compiler(label: str):
+        def compile_half(aten: fx.GraphModule, _fake_inputs: Sequence[Any]) -> torch.nn.Module:
+            dump.write(f"{label}_aten", lambda: aten.print_readable(print_output=False), ".py")
+            half_stages = stages if label == "forward" else _Stages()
+            module, results = compile_aten(aten, options, codegen, dump, half_stages, check, prefix=f"{label}_")
+            if label == "forward":
+                forward.merge(results)
+            else:
+                log.info("kiln: %s graph: %d kernels, %d fallbacks", label, results.kernels, len(results.fallbacks))
+            return module
+        return compile_half
+
+    with stages.stage("autograd_trace"):
+        module = autograd_trace.aot_compile(gm, example_inputs, fw_compiler=compiler("forward"),
+                                            bw_compiler=compiler("backward"), partitioner=options.partitioner)
+    return module, forward
+
+
+def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Codegen, dump: DebugDump,
+                 stages: _Stages, check: bool, prefix: str = "") -> tuple[fx.GraphModule, _RegionResults]:
+    """decomp -> partition -> loopir -> codegen on a functional ATen graph."""
+    with stages.stage(f"{prefix}decomp"):
+        decomposed = decomp.decompose(aten, decomp.loop_level())
+        dump.write(f"{prefix}decomposed", lambda: decomposed.print_readable(print_output=False), ".py")
+        if check:
+            decomp.verify(decomposed)
+    with stages.stage(f"{prefix}partition"):
+        supported = partition.supports_ops(loopir.supported_ops()) & partition.supports_dtypes(LOOPIR_DTYPES)
+        parted = partition.partition(decomposed, supported, min_size=options.min_region_size)
+        dump.write(f"{prefix}partitioned", lambda: parted.print_readable(print_output=False), ".py")
+        dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
+        if check:
+            partition.verify(parted)
+    results = _compile_regions(parted, codegen, dump, stages, check, options.fallback, prefix)
+    results.fallbacks += _outside_nodes(parted)
+    return parted, results
 
 
 class _RegionResults:
@@ -106,6 +151,13 @@ class _RegionResults:
         self.externs = 0
         self.source = ""
 
+    def merge(self, other: _RegionResults) -> None:
+        self.lowered += other.lowered
+        self.fallbacks += other.fallbacks
+        self.kernels += other.kernels
+        self.externs += other.externs
+        self.source = "\n".join(s for s in (self.source, other.source) if s)
+
 
 def _regions(parted: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
     called = [n.target for n in parted.graph.nodes if n.op == "call_module"]
@@ -113,23 +165,23 @@ def _regions(parted: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
 
 
 def _compile_regions(parted: fx.GraphModule, codegen: codegens.Codegen, dump: DebugDump,
-                     stages: _Stages, check: bool, fallback: bool) -> _RegionResults:
+                     stages: _Stages, check: bool, fallback: bool, prefix: str = "") -> _RegionResults:
     results = _RegionResults()
     sources = []
     for name, region in _regions(parted):
         ops = tuple(str(n.target) for n in region.graph.nodes if n.op == "call_function")
         try:
-            with stages.stage(f"loopir:{name}"):
-                # Row fusion needs row loops, which only the C++ codegen emits so far.
-                kernel_graph = loopir.lower(region, fuse_rows=codegen.name == "cpu")
+            with stages.stage(f"{prefix}loopir:{name}"):
+                # Row fusion needs codegens that emit row loops (kiln's own two do).
+                kernel_graph = loopir.lower(region, fuse_rows=codegen.name in ("cpu", "cuda"))
                 if check:
                     loopir.verify(kernel_graph)
-                dump.write(f"{name}_kernel_graph", str(kernel_graph))
-            with stages.stage(f"codegen_{codegen.name}:{name}"):
+                dump.write(f"{prefix}{name}_kernel_graph", kernel_graph.__str__)
+            with stages.stage(f"{prefix}codegen_{codegen.name}:{name}"):
                 module = codegen.compile(kernel_graph, codegen.options)
                 artifacts = module.meta.get(codegen.source_key)
                 source = getattr(artifacts, "source", "")
-                dump.write(f"{name}_kernels", source, ".cpp" if codegen.name == "cpu" else ".py")
+                dump.write(f"{prefix}{name}_kernels", source, ".cpp" if codegen.name == "cpu" else ".py")
         except (loopir.LoweringError, codegen_cpp.CppCompileError, codegen_triton.TritonCodegenError,
                 NotImplementedError) as exc:
             if not fallback:
@@ -153,7 +205,7 @@ def _outside_nodes(parted: fx.GraphModule) -> tuple[FallbackNode, ...]:
     Size arithmetic (sym_size, operator.*) also stays outside but computes no tensor data.
     """
     report = parted.meta.get("kiln_partition")
-    reasons = {u.name: u.reason for u in getattr(report, "unsupported", ())}
+    reasons = {u.name: u.reason for u in getattr(report, "outside", getattr(report, "unsupported", ()))}
     fallbacks = []
     for node in parted.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:

@@ -31,11 +31,14 @@ class GraphReport:
     source: str  # generated code of every kernel of this graph
     stage_seconds: tuple[tuple[str, float], ...]
     location: str | None = None  # the user source the graph came from
+    training: bool = False  # forward of a training graph (its backward compiles on first backward)
 
     def __str__(self) -> str:
         head = f"graph {self.index}" + (f" ({self.location})" if self.location else "")
         if not self.compiled:
             return f"{head}: ran eagerly: {self.reason}"
+        if self.training:
+            head += " [training: forward shown, backward compiled on first backward]"
         lines = [f"{head}: {self.kernels} kernels, {self.externs} extern calls, "
                  f"{len(self.lowered_nodes)} ATen nodes lowered, {len(self.fallback_nodes)} fell back to eager"]
         lines += [f"  fallback: {f}" for f in self.fallback_nodes]

@@ -52,6 +52,11 @@ def fakeify_inputs(
     """One fake value per example input; raises ``TraceError`` naming an unsupported input."""
     fakes: list[object] = []
     for value, placeholder in zip(example_inputs, placeholders, strict=True):
+        if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+            raise TraceError(
+                f"kiln.autograd_trace: input {placeholder.name!r} is a {value.layout} tensor; only "
+                "strided (dense) tensors can be traced"
+            )
         if isinstance(value, FakeTensor):
             fakes.append(value)
         elif isinstance(value, torch.Tensor):
@@ -72,3 +77,17 @@ def _shape_env_of_symbols(example_inputs: Sequence[object]) -> ShapeEnv | None:
         if isinstance(value, _SYMBOLIC_SCALARS):
             return value.node.shape_env
     return None
+
+
+def detach_fake(value: torch.Tensor, *, clone: bool = False) -> torch.Tensor:
+    """``value.detach()`` (or ``.clone()``) keeping the FakeTensor's memoized ``.item()``.
+
+    Dynamo passes unspecialized floats (e.g. BatchNorm's momentum with ``dynamic=True``) as
+    0-d tensors that the graph ``.item()``s; their fakes remember the SymFloat in ``item_memo``,
+    which a plain detach or clone drops (``.item()`` would then be data-dependent).
+    """
+    result = value.clone() if clone else value.detach()
+    memo = getattr(value, "item_memo", None)
+    if memo is not None and isinstance(result, FakeTensor):
+        result.item_memo = memo
+    return result

@@ -34,10 +34,12 @@ class LiftedTensor:
         return f"LiftedTensor({', '.join(self.names)}: {tuple(self.value.shape)})"
 
 
-def collect_lifted_tensors(
-    gm: torch.fx.GraphModule, fake_mode: FakeTensorMode
-) -> list[LiftedTensor]:
-    """Parameters, buffers and get_attr tensor constants of ``gm``, one entry per tensor object."""
+def collect_lifted_tensors(gm: torch.nn.Module, fake_mode: FakeTensorMode) -> list[LiftedTensor]:
+    """Parameters, buffers and get_attr tensor constants of ``gm``, one entry per tensor object.
+
+    ``gm`` is usually a GraphModule; for any other ``nn.Module`` only its parameters and
+    buffers are collected.
+    """
     names_by_id: dict[int, list[str]] = {}
     tensor_by_id: dict[int, torch.Tensor] = {}
 
@@ -51,7 +53,7 @@ def collect_lifted_tensors(
         add(name, parameter)
     for name, buffer in gm.named_buffers(remove_duplicate=False):
         add(name, buffer)
-    for node in gm.graph.nodes:
+    for node in gm.graph.nodes if isinstance(gm, torch.fx.GraphModule) else ():
         if node.op == "get_attr":
             value = fetch_attr(gm, node.target)
             if isinstance(value, torch.Tensor):

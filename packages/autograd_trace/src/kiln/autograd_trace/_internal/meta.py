@@ -17,7 +17,14 @@ Writes (on the output ATen graph):
   multi-output ops. Written by ``make_fx``; written here for get_attr nodes (the fake of the
   lifted tensor or constant) and for placeholders of plain int/float/bool inputs (the value).
 - ``stack_trace``, ``nn_module_stack``, ``source_fn_stack``, ``from_node`` and friends:
-  carried over from the source node as described above.
+  carried over from the source node as described above. In joint graphs the backward ops
+  made by the autograd engine carry no user stack trace.
+- ``kiln_recomputed``: ``True`` on the nodes of a backward graph (from ``partition_joint``)
+  that recompute a forward value instead of reading a saved one.
+
+Joint, forward and backward graphs (``trace_joint`` / ``partition_joint``) carry ``val`` on
+every placeholder (tangents included) and every tensor- or size-producing node, like
+``trace_inference`` output.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ log = logging.getLogger(__name__)
 VAL = "val"
 STACK_TRACE = "stack_trace"
 NN_MODULE_STACK = "nn_module_stack"
+RECOMPUTED = "kiln_recomputed"
 
 
 def user_source_line(node: torch.fx.Node) -> str | None:

@@ -35,7 +35,7 @@ def _batch_norm_with_declared_update(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """``F.batch_norm``, with the training-mode running-stat update visible to functionalize."""
-    if not training or running_mean is None or running_var is None:
+    if not training or running_mean is None or running_var is None or input.dim() < 2:
         return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     log.debug("batch_norm in training mode: tracing aten._native_batch_norm_legit")
     return torch.ops.aten._native_batch_norm_legit.default(

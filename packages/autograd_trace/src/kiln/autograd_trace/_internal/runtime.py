@@ -1,0 +1,303 @@
+"""``aot_compile``: compiled forward and backward graphs stitched into PyTorch autograd.
+
+One call of the compiled function:
+
+1. the lifted module tensors (parameters, buffers) are appended to the user inputs;
+2. with grad mode on and some input requiring grad, a ``torch.autograd.Function`` runs the
+   compiled forward and saves what the partition says; its backward compiles the backward
+   graph on first use and runs it. Otherwise a forward-only graph runs and nothing is saved;
+3. the new values of mutated inputs are copied into the real inputs (under autograd, so a
+   mutated input that requires grad gets the right history);
+4. outputs that are inputs or views of inputs are rebuilt from the real inputs
+   (``as_strided``), so they are real views, and the user's output structure is restored.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from .analysis import FROM_FORWARD, FROM_INPUT, FROM_INPUT_VIEW, FROM_OUTPUT
+from .joint import Decompositions, JointGraph, trace_joint
+from .lifting import fetch_attr
+from .meta import VAL
+from .partitioner import Partition, build_inference_graph, partition_joint
+from .symbols import bind_symbols, evaluate, has_symbols
+
+log = logging.getLogger(__name__)
+
+Compiler = Callable[[torch.fx.GraphModule, list[object]], Callable[..., Sequence[object]]]
+Partitioner = str | Callable[[JointGraph], Partition]
+
+
+def aot_compile(
+    fn: Callable[..., object],
+    example_inputs: Sequence[object],
+    fw_compiler: Compiler,
+    bw_compiler: Compiler | None = None,
+    decompositions: Decompositions | None = None,
+    partitioner: Partitioner = "save_all",
+) -> AotCompiled:
+    """Trace ``fn`` ahead of time into forward and backward graphs, compile them, and return
+    a module that runs them under PyTorch autograd.
+
+    ``fn``: a Torch-IR ``GraphModule`` (as Dynamo hands a backend), an ``nn.Module`` or a
+    function of tensors. ``example_inputs``: one value per input (real or fake tensors,
+    SymInts, ints); ``requires_grad`` on them and on parameters decides what is differentiated.
+    ``fw_compiler`` / ``bw_compiler`` (default: ``fw_compiler``) take ``(gm, example_inputs)``
+    with fake example inputs and return a callable taking the graph's inputs positionally and
+    returning its output tuple; the backward is compiled on the first backward call, the
+    forward-only graph (no-grad calls) on the first such call. ``partitioner`` is
+    ``"save_all"``, ``"min_cut"`` or a callable ``JointGraph -> Partition`` (e.g.
+    ``functools.partial(partition_joint, strategy="min_cut", memory_budget=...)``).
+
+    The result is called like ``fn`` (user inputs only) and returns the same output structure.
+    """
+    joint = trace_joint(fn, example_inputs, decompositions)
+    if isinstance(partitioner, str):
+        partition = partition_joint(joint, partitioner)
+    else:
+        partition = partitioner(joint)
+    return AotCompiled(fn, joint, partition, fw_compiler, bw_compiler or fw_compiler)
+
+
+class AotCompiled(torch.nn.Module):
+    """The callable ``aot_compile`` returns; ``joint`` and ``partition`` are kept for inspection.
+
+    It registers none of the traced module's parameters as its own: it reads them from the
+    traced module on every call, so optimizer updates and replaced parameters are seen.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., object],
+        joint: JointGraph,
+        partition: Partition,
+        fw_compiler: Compiler,
+        bw_compiler: Compiler,
+    ) -> None:
+        super().__init__()
+        self.joint = joint
+        self.partition = partition
+        self._runtime = _Runtime(fn, joint, partition, fw_compiler, bw_compiler)
+
+    def forward(self, *args: object) -> object:
+        return self._runtime(args)
+
+
+class _Runtime:
+    def __init__(
+        self,
+        fn: Callable[..., object],
+        joint: JointGraph,
+        partition: Partition,
+        fw_compiler: Compiler,
+        bw_compiler: Compiler,
+    ) -> None:
+        self.fn = fn
+        self.joint = joint
+        self.partition = partition
+        self.fw_compiler = fw_compiler
+        self.bw_compiler = bw_compiler
+        self.traced_primals = [p.meta.get(VAL) for p in joint.primals]
+        self.forward = _compile(fw_compiler, partition.fw_gm, "forward")
+        self.function = _make_function(self)
+
+    @functools.cached_property
+    def backward(self) -> Callable[..., Sequence[object]]:
+        return _compile(self.bw_compiler, self.partition.bw_gm, "backward")
+
+    @functools.cached_property
+    def inference(self) -> Callable[..., Sequence[object]]:
+        return _compile(self.fw_compiler, build_inference_graph(self.joint), "forward-only")
+
+    def __call__(self, args: Sequence[object]) -> object:
+        joint = self.joint
+        if len(args) != joint.num_user_inputs:
+            raise TypeError(
+                f"kiln.autograd_trace: the compiled function takes {joint.num_user_inputs} inputs "
+                f"({', '.join(i.name for i in joint.inputs[: joint.num_user_inputs])}), got {len(args)}"
+            )
+        flat = [*args, *self._lifted_values()]
+        self._check_inputs(flat)
+        if self._needs_autograd(flat):
+            forward_values = self.function.apply(*flat)
+        else:
+            forward_values = tuple(self.inference(*flat))
+        self._apply_mutations(flat, forward_values)
+        outputs = self._user_outputs(flat, forward_values)
+        return pytree.tree_unflatten(outputs, joint.out_spec)
+
+    def _lifted_values(self) -> list[torch.Tensor]:
+        if not isinstance(self.fn, torch.nn.Module):
+            return [entry.value for entry in self.joint.lifted]
+        return [fetch_attr(self.fn, entry.names[0]) for entry in self.joint.lifted]
+
+    def _check_inputs(self, flat: Sequence[object]) -> None:
+        for value, traced, info in zip(flat, self.traced_primals, self.joint.inputs, strict=True):
+            if not isinstance(traced, torch.Tensor) or not isinstance(value, torch.Tensor):
+                continue
+            same_shape = has_symbols(traced.shape) or tuple(traced.shape) == tuple(value.shape)
+            if same_shape and traced.dtype == value.dtype:
+                continue
+            raise RuntimeError(
+                f"kiln.autograd_trace: input {info.name!r} is {value.dtype}{list(value.shape)} but "
+                f"was traced as {traced.dtype}{list(traced.shape)}; call aot_compile again for "
+                "these inputs (or trace with dynamic shapes)"
+            )
+
+    def _needs_autograd(self, flat: Sequence[object]) -> bool:
+        if not torch.is_grad_enabled() or self.joint.num_forward_outputs == 0:
+            return False
+        needs = False
+        for value, info in zip(flat, self.joint.inputs, strict=True):
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                if not info.requires_grad:
+                    raise RuntimeError(
+                        f"kiln.autograd_trace: input {info.name!r} requires grad but did not when "
+                        "the function was traced, so no gradient for it was traced; call "
+                        "aot_compile again with example inputs that require grad"
+                    )
+                needs = True
+        return needs
+
+    def _apply_mutations(self, flat: Sequence[object], forward_values: Sequence[object]) -> None:
+        for k, i in enumerate(self.joint.mutated_inputs):
+            real, new = flat[i], forward_values[k]
+            if real is new:
+                continue
+            if real.is_leaf and real.requires_grad:
+                # Eager only allows this under no_grad (e.g. an EMA update in forward).
+                with torch.no_grad():
+                    real.copy_(new)
+            else:
+                real.copy_(new)
+
+    def _user_outputs(
+        self, flat: Sequence[object], forward_values: Sequence[object]
+    ) -> list[object]:
+        outputs: list[object] = []
+        bindings = None
+        for info in self.joint.outputs:
+            if info.source == FROM_FORWARD:
+                outputs.append(forward_values[info.index])
+            elif info.source == FROM_INPUT:
+                outputs.append(flat[info.index])
+            elif info.source == FROM_OUTPUT:
+                outputs.append(outputs[info.index])
+            elif info.source == FROM_INPUT_VIEW:
+                size, stride, offset = info.view
+                if bindings is None and has_symbols([*size, *stride, offset]):
+                    bindings = bind_symbols(self.traced_primals, flat)
+                concrete = [
+                    [evaluate(v, bindings or {}) for v in part] for part in (size, stride, [offset])
+                ]
+                outputs.append(
+                    flat[info.index].as_strided(concrete[0], concrete[1], concrete[2][0])
+                )
+            else:
+                raise AssertionError(f"unknown output source {info.source!r}")
+        return outputs
+
+
+def _compile(
+    compiler: Compiler, gm: torch.fx.GraphModule, what: str
+) -> Callable[..., Sequence[object]]:
+    example_inputs = [n.meta.get(VAL) for n in gm.graph.nodes if n.op == "placeholder"]
+    log.debug("compiling the %s graph:\n%s", what, gm.code)
+    compiled = compiler(gm, example_inputs)
+    if not callable(compiled):
+        raise TypeError(
+            f"kiln.autograd_trace: the {what} compiler returned {type(compiled).__name__}, not a callable"
+        )
+    return compiled
+
+
+def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
+    joint, partition = runtime.joint, runtime.partition
+    num_forward = joint.num_forward_outputs
+    num_saved = partition.num_saved_tensors
+    differentiable = set(joint.tangent_outputs)
+
+    class KilnCompiledFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *flat):
+            results = tuple(runtime.forward(*flat))
+            outputs = results[:num_forward]
+            saved = [
+                _unshare_mutated(t, flat, joint.mutated_inputs)
+                for t in results[num_forward : num_forward + num_saved]
+            ]
+            ctx.save_for_backward(*saved)
+            ctx.kiln_sizes = results[num_forward + num_saved :]
+            ctx.mark_non_differentiable(
+                *(
+                    o
+                    for i, o in enumerate(outputs)
+                    if i not in differentiable and isinstance(o, torch.Tensor)
+                )
+            )
+            return outputs
+
+        @staticmethod
+        def backward(ctx, *grad_outputs):
+            tangents = [_dense(grad_outputs[j]) for j in joint.tangent_outputs]
+            create_graph = torch.is_grad_enabled()
+            with torch.no_grad():
+                grads = tuple(runtime.backward(*ctx.saved_tensors, *ctx.kiln_sizes, *tangents))
+            if create_graph:
+                grads = _no_double_backward(grads)
+            result: list[object] = [None] * joint.num_primals
+            for i, grad in zip(joint.grad_inputs, grads, strict=True):
+                result[i] = grad
+            return tuple(result)
+
+    return KilnCompiledFunction
+
+
+def _unshare_mutated(saved: object, flat: Sequence[object], mutated: Sequence[int]) -> object:
+    """A saved value sharing memory with an input the runtime is about to overwrite is copied:
+    the backward needs the value from before the mutation."""
+    if isinstance(saved, torch.Tensor) and any(
+        torch._C._is_alias_of(saved, flat[i]) for i in mutated
+    ):
+        return saved.clone()
+    return saved
+
+
+def _dense(grad: torch.Tensor) -> torch.Tensor:
+    """The backward graph was traced with contiguous tangents (autograd may pass expanded ones)."""
+    return grad.contiguous() if isinstance(grad, torch.Tensor) else grad
+
+
+class _DoubleBackwardError(torch.autograd.Function):
+    """Passes gradients through; differentiating them again raises a clear error."""
+
+    @staticmethod
+    def forward(ctx, anchor, *grads):
+        return tuple(g.detach() for g in grads)
+
+    @staticmethod
+    def backward(ctx, *unused):
+        raise RuntimeError(
+            "kiln.autograd_trace: double backward through an aot_compile'd function is not "
+            "supported (its backward is a compiled graph, not differentiable again); compute "
+            "higher-order gradients eagerly or with torch.func"
+        )
+
+
+def _no_double_backward(grads: Sequence[object]) -> tuple[object, ...]:
+    positions = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
+    if not positions:
+        return tuple(grads)
+    anchor = torch.zeros((), requires_grad=True)
+    wrapped = _DoubleBackwardError.apply(anchor, *(grads[i] for i in positions))
+    result = list(grads)
+    for i, g in zip(positions, wrapped, strict=True):
+        result[i] = g
+    return tuple(result)
