@@ -120,14 +120,25 @@ def test_full_like_and_zeros_like():
     _check(lambda t: torch.full_like(t, 7, dtype=torch.int64), x)
 
 
-def test_full_like_of_non_contiguous_input_is_left_alone():
-    x = torch.randn(4, 3)
+def test_full_like_of_dense_non_contiguous_input_keeps_its_strides():
+    x = torch.randn(4, 3, 2)
 
     def fn(t):
-        return torch.full_like(t.t(), 1.0)
+        return torch.full_like(t.permute(2, 0, 1), 1.5)
+
+    out = _check(fn, x)
+    assert aten.full_like.default not in opset(out)
+    assert out(x).stride() == fn(x).stride()
+
+
+def test_full_like_of_non_dense_input_is_left_alone():
+    x = torch.randn(4, 6)
+
+    def fn(t):
+        return torch.full_like(t[:, ::2], 1.0)
 
     out = _decomposed(fn, x)
-    assert aten.full_like.default in opset(out)  # declined: strides would differ
+    assert aten.full_like.default in opset(out)  # declined: no full + permute has its strides
     result = out(x)
     assert result.stride() == fn(x).stride()
     torch.testing.assert_close(result, fn(x))

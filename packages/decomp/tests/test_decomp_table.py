@@ -177,9 +177,16 @@ def test_loop_level_contents():
     ll = loop_level()
     assert not (set(ll) & LOOP_LEVEL_OPS)
     assert LOOP_LEVEL_OPS <= ll.kept
-    for op in (aten._softmax.default, aten.gelu.default, aten.native_layer_norm.default):
+    for op in (aten.elu.default, aten.mish.default, aten.native_dropout.default):
         assert ll.provenance(op) == "torch" and ll[op] is decomposition_table[op]
-    for op in (aten.var_mean.correction, aten.var.correction, aten.clamp.default):
+    for op in (
+        aten.var_mean.correction,
+        aten.clamp.default,
+        aten._softmax.default,
+        aten.gelu.default,
+        aten.native_layer_norm.default,
+        aten.linear.default,
+    ):
         assert ll.provenance(op) == "kiln"
     assert aten.mean.dim not in ll and aten.t.default not in ll
     # kept ops stay whole even when united with the table that decomposes them
@@ -203,3 +210,16 @@ def test_loop_level_ops_content():
     }
     assert expected <= LOOP_LEVEL_OPS
     assert aten.gelu.default not in LOOP_LEVEL_OPS
+
+
+def test_opset_groups():
+    from kiln.decomp import EXTERN_OPS
+    from kiln.decomp._internal import opsets
+
+    assert EXTERN_OPS == opsets.EXTERN_OPS and opsets.LOOP_LEVEL_OPS == LOOP_LEVEL_OPS
+    assert not (opsets.LOOP_OPS & EXTERN_OPS)  # an op is a loop op or an extern, not both
+    assert all(opsets.EXTERN_OPS_BY_GROUP[g] for g in opsets.EXTERN_GROUPS)
+    assert {aten.mm.default, aten.convolution.default, aten.sort.default} <= EXTERN_OPS
+    assert {aten.cat.default, aten.index.Tensor, aten.arange.start_step} <= opsets.LOOP_OPS
+    # no op of the set is mutable: a loop-level graph is functional
+    assert not [op for op in LOOP_LEVEL_OPS if op._schema.is_mutable]

@@ -34,13 +34,21 @@ _LOOP_LEVEL_TORCH_OPS = (
     "std.correction", "native_batch_norm", "_native_batch_norm_legit_no_training",
     "_native_batch_norm_legit", "_native_batch_norm_legit.no_stats",
     "_native_batch_norm_legit_functional", "mse_loss",
-    "zeros_like", "ones_like",
+    "zeros_like", "ones_like", "native_group_norm", "embedding", "split_with_sizes",
+    "repeat", "addmv", "native_dropout", "triu_indices", "tril_indices",
+    "upsample_bilinear2d", "upsample_bilinear2d.vec", "upsample_bicubic2d",
+    "upsample_bicubic2d.vec", "upsample_trilinear3d", "upsample_trilinear3d.vec",
+    "upsample_linear1d", "upsample_linear1d.vec", "grid_sampler_2d", "_adaptive_avg_pool2d",
+    "adaptive_max_pool2d", "max_pool2d_with_indices", "narrow_copy", "view_copy",
+    "permute_copy", "as_strided_copy", "as_strided_scatter", "diagonal_scatter", "dist",
+    "_batch_norm_with_update_functional", "_batch_norm_no_update", "batch_norm_backward",
     # backward
     "_softmax_backward_data", "_log_softmax_backward_data", "gelu_backward",
     "silu_backward", "hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
     "leaky_relu_backward", "elu_backward", "softplus_backward", "threshold_backward",
     "sigmoid_backward", "tanh_backward", "native_layer_norm_backward",
-    "native_batch_norm_backward", "mse_loss_backward",
+    "native_batch_norm_backward", "mse_loss_backward", "max_pool2d_with_indices_backward",
+    "native_group_norm_backward", "embedding_dense_backward",
 )  # fmt: skip
 
 
@@ -75,6 +83,13 @@ def core_aten() -> DecompTable:
     order. Entries torch builds afresh per call (CompositeImplicitAutograd kernels) are
     wrapped in ``CompositeImplicitDecomposition`` so equal tables compare equal.
     """
+    return DecompTable(_core_aten_entries(), provenance="torch")
+
+
+@functools.cache
+def _core_aten_entries() -> dict[OpOverload, Callable[..., Any]]:
+    # Built once per process: torch's function walks every CompositeImplicitAutograd
+    # op of the dispatcher (~0.1 s a call), and the aten entries cannot change.
     source = torch._decomp.core_aten_decompositions()
     entries = {
         op: _stable(op, fn)
@@ -82,7 +97,7 @@ def core_aten() -> DecompTable:
         if isinstance(op, OpOverload) and op.namespace == "aten"
     }
     log.debug("core_aten: %d of %d torch entries kept", len(entries), len(source))
-    return DecompTable(entries, provenance="torch")
+    return entries
 
 
 def loop_level() -> DecompTable:

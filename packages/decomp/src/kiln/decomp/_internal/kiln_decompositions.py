@@ -1,38 +1,31 @@
 """Decompositions written in kiln (provenance ``"kiln"``), for ops whose torch decomposition
 is missing or leaves the loop-level opset (torch's var/var_mean end in ``prims.var``,
-its clamp in ``isnan``/``bitwise_or``).
+its clamp in ``isnan``/``bitwise_or``), and ``kiln_table()``, which gathers every kiln
+decomposition: this module's, and those of the decomp_* modules (activations, norms,
+indexing and losses, matmul).
 
-Each function is marked with the ops it decomposes by ``@decomposes(...)`` right above it;
-``kiln_table()`` builds a fresh DecompTable from the functions listed in
-``KILN_DECOMPOSITIONS``. A function returns ``NotImplemented`` for calls it does not
-handle; the op then stays in the graph as it is. Every output op is in LOOP_LEVEL_OPS.
+Each function is marked with the ops it decomposes by ``@decomposes(...)`` right above it
+(registry.py). A function returns ``NotImplemented`` for calls it does not handle; the op
+then stays in the graph as it is.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch._ops import OpOverload
 
+from .decomp_activations import ACTIVATION_DECOMPOSITIONS
+from .decomp_indexing import INDEXING_DECOMPOSITIONS
+from .decomp_matmul import MATMUL_DECOMPOSITIONS
+from .decomp_norms import NORM_DECOMPOSITIONS
+from .registry import LOW_PRECISION as _LOW_PRECISION
+from .registry import aten, decomposes
 from .table import DecompTable
 
 log = logging.getLogger(__name__)
-aten = torch.ops.aten
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
-def decomposes(*ops: OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a function as the kiln decomposition of ``ops`` (no registry is mutated)."""
-
-    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn.decomposes = ops  # type: ignore[attr-defined]
-        return fn
-
-    return mark
 
 
 def _reduction_dims(x: torch.Tensor, dim: Sequence[int] | int | None) -> list[int] | None:
@@ -137,25 +130,56 @@ def clamp_tensor(x, min=None, max=None):  # argument names are ATen's (calls pas
     return out
 
 
+def _dense_order(x: torch.Tensor) -> list[int] | None:
+    """Dims of a non-overlapping, dense ``x`` from outermost to innermost stride; None when
+    ``x`` is not dense or its strides are symbolic."""
+    if not all(isinstance(v, int) for v in (*x.shape, *x.stride())):
+        return None
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.shape[d]))
+    expected = 1
+    for d in reversed(order):
+        if x.shape[d] != 1 and x.stride(d) != expected:
+            return None
+        expected *= x.shape[d]
+    return order
+
+
 @decomposes(aten.full_like.default)
 def full_like(
     x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
 ):
-    """full_like as full of x's shape, when the result is contiguous either way."""
+    """full_like as full of x's shape (permuted to x's dim order when x is dense but not
+    contiguous, so the result has x's strides like eager's)."""
     if x.layout != torch.strided or layout not in (None, torch.strided):
         return NotImplemented
     if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
         return NotImplemented
+    order = list(range(x.dim()))
     if memory_format != torch.contiguous_format and not x.is_contiguous():
-        return NotImplemented
-    return aten.full.default(
-        x.shape,
+        order = _dense_order(x)
+        if order is None:
+            return NotImplemented
+    filled = aten.full.default(
+        [x.shape[d] for d in order],
         fill_value,
         dtype=x.dtype if dtype is None else dtype,
         layout=torch.strided,
         device=x.device if device is None else device,
         pin_memory=pin_memory,
     )
+    if order == list(range(x.dim())):
+        return filled
+    return aten.permute.default(filled, sorted(range(x.dim()), key=order.__getitem__))
+
+
+@decomposes(aten.copy.default)
+def copy(self, src, non_blocking=False):
+    """The functional copy: src converted to self's dtype and broadcast to its shape."""
+    if self.device != src.device or self.is_complex() != src.is_complex():
+        return NotImplemented
+    value = src if src.dtype == self.dtype else aten._to_copy.default(src, dtype=self.dtype)
+    expanded = aten.expand.default(value, list(self.shape))
+    return aten.clone.default(expanded, memory_format=torch.contiguous_format)
 
 
 @decomposes(aten.lift_fresh_copy.default)
@@ -164,13 +188,22 @@ def lift_fresh_copy(x):
     return aten.clone.default(x)
 
 
-KILN_DECOMPOSITIONS = (
+BASIC_DECOMPOSITIONS = (
     var_mean_correction,
     var_correction,
     clamp_scalar,
     clamp_tensor,
     full_like,
+    copy,
     lift_fresh_copy,
+)
+
+KILN_DECOMPOSITIONS = (
+    *BASIC_DECOMPOSITIONS,
+    *ACTIVATION_DECOMPOSITIONS,
+    *NORM_DECOMPOSITIONS,
+    *INDEXING_DECOMPOSITIONS,
+    *MATMUL_DECOMPOSITIONS,
 )
 
 

@@ -1,7 +1,8 @@
 """decompose(): retrace an ATen FX graph under fake tensors, applying a decomposition table.
 
-How: an ``fx.Interpreter`` runs the graph under ``make_fx`` (proxy tracing) with the
-table as ``decomposition_table``, inside ``fx.traceback.preserve_node_meta()`` so every
+How: an ``fx.Interpreter`` runs the graph under ``make_fx`` (proxy tracing) while a
+``TableDispatchMode`` applies the table at the dispatcher (see dispatch_mode.py: that is
+how CompositeImplicitAutograd ops listed in ``keep`` stay whole), inside ``fx.traceback.preserve_node_meta()`` so every
 node a decomposition emits inherits the ``stack_trace`` (and module stack, ...) of the
 node it came from. Tensor attributes (``get_attr``) are passed in as extra inputs, so the
 fake mode never meets a real tensor and the attributes keep their names; the traced graph
@@ -24,6 +25,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from .cleanup import eliminate_dead_pure_nodes
+from .dispatch_mode import TableDispatchMode, below_autograd
+from .inplace import functionalize_unobservable_inplace, unobservable_inplace_nodes
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +56,16 @@ def decompose(
     attr_targets, attr_values = _lifted_attributes(gm, fake_mode)
     symbolic = fake_mode.shape_env is not None and _any_symbolic(inputs)
     runner = _AttrLiftingInterpreter(gm, attr_targets)
+    mode = TableDispatchMode(table, frozenset(getattr(table, "kept", ())))
+
+    def run_under_table(*args: Any) -> Any:
+        with below_autograd(), mode:
+            return runner.run_flat(*args)
+
     with fx.traceback.preserve_node_meta():
+        # the table is also make_fx's, for the bodies of higher-order ops (dispatch_mode.py)
         traced = make_fx(
-            runner.run_flat,
+            run_under_table,
             decomposition_table=table,
             tracing_mode="symbolic" if symbolic else "fake",
         )(*inputs, *attr_values)
@@ -149,12 +159,25 @@ def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
 
 
 class _AttrLiftingInterpreter(fx.Interpreter):
-    """Runs ``gm`` on flat arguments: its placeholders, then its tensor attributes."""
+    """Runs ``gm`` on flat arguments: its placeholders, then its tensor attributes.
+
+    In-place ops whose mutation nobody observes run as their out-of-place op (inplace.py).
+    """
 
     def __init__(self, gm: fx.GraphModule, attr_targets: list[str]) -> None:
         super().__init__(gm)
         self._attr_targets = attr_targets
         self._attr_values: dict[str, Any] = {}
+        self._functional = unobservable_inplace_nodes(gm.graph)
+        self._node: fx.Node | None = None
+
+    def run_node(self, n: fx.Node) -> Any:
+        self._node = n
+        return super().run_node(n)
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        target = self._functional.get(self._node, target)
+        return super().call_function(target, args, kwargs)
 
     def run_flat(self, *args: Any) -> Any:
         split = len(args) - len(self._attr_targets)
@@ -202,6 +225,7 @@ def _rebuild(
             copied.target = renamed[node.target]
         env[node] = copied
     graph.set_codegen(copy.copy(gm.graph._codegen))
+    functionalize_unobservable_inplace(graph)  # those the retrace's composite kernels made
     eliminate_dead_pure_nodes(graph)
     graph.lint()
     result = fx.GraphModule(attrs, graph)

@@ -1,0 +1,54 @@
+"""kiln decompositions of linear and addbmm into the matrix-product externs.
+
+``linear`` (CompositeImplicitAutograd) becomes one 2-D product of the input with its
+leading dims flattened: ``addmm(bias, x2d, w.t())`` (the bias add is addmm's epilogue)
+or ``mm`` without bias, viewed back. torch's own path depends on the input: ``addmm``
+for 2-D, ``matmul`` (a ``bmm``/``mv`` plus a separate ``add``) for other ranks and
+non-contiguous inputs. A backend that has a linear kernel keeps it with
+``loop_level().keep([torch.ops.aten.linear])``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from .registry import aten, decomposes
+
+log = logging.getLogger(__name__)
+
+
+@decomposes(aten.linear.default)
+def linear(input, weight, bias=None):
+    """x @ w.t() (+ bias) as one addmm / mm on x viewed as 2-D."""
+    if weight.dim() != 2 or input.dim() == 0 or (bias is not None and bias.dim() > 1):
+        return NotImplemented
+    weight_t = aten.t.default(weight)
+    if input.dim() == 2:
+        flat = input
+    else:
+        rows = math.prod(input.shape[:-1])
+        flat = aten.reshape.default(input, [rows, input.shape[-1]])
+    out = (
+        aten.mm.default(flat, weight_t)
+        if bias is None
+        else aten.addmm.default(bias, flat, weight_t)
+    )
+    if input.dim() == 2:
+        return out
+    return aten.view.default(out, [*input.shape[:-1], weight.shape[0]])
+
+
+@decomposes(aten.addbmm.default)
+def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    """beta * self + alpha * sum_b(batch1[b] @ batch2[b]); self is ignored when beta == 0."""
+    products = aten.sum.dim_IntList(aten.bmm.default(batch1, batch2), [0])
+    if alpha != 1:
+        products = aten.mul.Scalar(products, alpha)
+    if beta == 0:
+        return products
+    scaled = self if beta == 1 else aten.mul.Scalar(self, beta)
+    return aten.add.Tensor(scaled, products)
+
+
+MATMUL_DECOMPOSITIONS = (linear, addbmm)
