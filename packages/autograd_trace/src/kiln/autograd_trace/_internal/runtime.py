@@ -271,8 +271,13 @@ def _unshare_mutated(saved: object, flat: Sequence[object], mutated: Sequence[in
 
 
 def _dense(grad: torch.Tensor) -> torch.Tensor:
-    """The backward graph was traced with contiguous tangents (autograd may pass expanded ones)."""
-    return grad.contiguous() if isinstance(grad, torch.Tensor) else grad
+    """The backward graph was traced with dense contiguous tangents; autograd may pass expanded
+    or (behind a sparse output) sparse ones."""
+    if not isinstance(grad, torch.Tensor):
+        return grad
+    if grad.layout != torch.strided:
+        grad = grad.to_dense()
+    return grad.contiguous()
 
 
 class _DoubleBackwardError(torch.autograd.Function):
