@@ -42,6 +42,10 @@ CASES = {
     aten.copy.default: [
         ("broadcast_cast", lambda x, y: aten.copy.default(x, y), [r(3, 4), r(4, dtype=torch.float32)]),
     ],
+    aten.take.default: [
+        ("nd", lambda x, i: aten.take.default(x, i), [r(3, 4), torch.tensor([[0, -1], [5, 11]])]),
+        ("scalar_index", lambda x, i: aten.take.default(x, i), [r(3, 4), torch.tensor(7)]),
+    ],
     aten.lift_fresh_copy.default: [("clone", lambda x: aten.lift_fresh_copy.default(x), [r(3)])],
     aten._softmax.default: [
         ("last", lambda x: aten._softmax.default(x, -1, False), [r(4, 7, scale=5)]),

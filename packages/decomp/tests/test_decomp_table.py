@@ -166,7 +166,9 @@ def test_builtin_tables_are_fresh_objects():
 
 def test_core_aten_matches_torch_aten_entries():
     core = core_aten()
-    assert all(p == "torch" for p in map(core.provenance, core))
+    fixed = {aten.take.default}  # torch's entry cannot trace a 0-d index: kiln's replaces it
+    assert all(core.provenance(op) == "torch" for op in core if op not in fixed)
+    assert all(core.provenance(op) == "kiln" for op in fixed)
     assert all(op.namespace == "aten" for op in core)
     torch_core = torch._decomp.core_aten_decompositions()
     assert core[aten.silu.default] is torch_core[aten.silu.default]

@@ -14,7 +14,7 @@ import torch
 import torch._decomp
 from torch._ops import OpOverload
 
-from .kiln_decompositions import kiln_table
+from .kiln_decompositions import CORE_ATEN_FIXES, kiln_table
 from .ops import aten_overloads
 from .opsets import LOOP_LEVEL_OPS
 from .table import DecompTable
@@ -75,7 +75,8 @@ def _stable(op: OpOverload, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def core_aten() -> DecompTable:
     """torch's Core ATen decompositions (``torch._decomp.core_aten_decompositions()``),
-    provenance ``"torch"``.
+    provenance ``"torch"``, except for the few ops in ``CORE_ATEN_FIXES`` whose torch
+    entry cannot be traced on some inputs: kiln's entry replaces it (provenance ``"kiln"``).
 
     Only aten-namespace OpOverloads are taken: the torch function also lists
     CompositeImplicitAutograd ops of whatever other libraries happen to be loaded
@@ -83,7 +84,9 @@ def core_aten() -> DecompTable:
     order. Entries torch builds afresh per call (CompositeImplicitAutograd kernels) are
     wrapped in ``CompositeImplicitDecomposition`` so equal tables compare equal.
     """
-    return DecompTable(_core_aten_entries(), provenance="torch")
+    fixes = {op: fn for fn in CORE_ATEN_FIXES for op in fn.decomposes}
+    torch_entries = DecompTable(_core_aten_entries(), provenance="torch")
+    return torch_entries | DecompTable(fixes, provenance="kiln")
 
 
 @functools.cache

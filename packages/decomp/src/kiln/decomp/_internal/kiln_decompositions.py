@@ -182,6 +182,13 @@ def copy(self, src, non_blocking=False):
     return aten.clone.default(expanded, memory_format=torch.contiguous_format)
 
 
+@decomposes(aten.take.default)
+def take(self, index):
+    """self viewed as 1-D, gathered at ``index`` (one ``index`` op; torch's decomposition
+    indexes from Python, which reads a 0-d index tensor's value and cannot be traced)."""
+    return aten.index.Tensor(aten.reshape.default(self, [-1]), [index])
+
+
 @decomposes(aten.lift_fresh_copy.default)
 def lift_fresh_copy(x):
     """lift_fresh_copy (a tensor constant made in the traced code) as clone."""
@@ -195,6 +202,7 @@ BASIC_DECOMPOSITIONS = (
     clamp_tensor,
     full_like,
     copy,
+    take,
     lift_fresh_copy,
 )
 
@@ -205,6 +213,10 @@ KILN_DECOMPOSITIONS = (
     *INDEXING_DECOMPOSITIONS,
     *MATMUL_DECOMPOSITIONS,
 )
+
+
+# kiln entries that core_aten() uses instead of torch's, which fail on some inputs
+CORE_ATEN_FIXES = (take,)
 
 
 def kiln_table() -> DecompTable:
