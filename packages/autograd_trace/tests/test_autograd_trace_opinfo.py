@@ -30,7 +30,8 @@ sweep = _load_sweep()
 
 # Ops that exercise the partitioner and runtime (views, multiple outputs, randomness,
 # normalizations with saved statistics, indexing, matmuls), plus every 25th autograd op of
-# op_db for breadth.
+# op_db for breadth, plus every op the sweep lists in XFAILS (strict: one that starts passing
+# must leave the list).
 CHOSEN = [
     "nn.functional.dropout",
     "nn.functional.batch_norm",
@@ -54,7 +55,8 @@ MAX_SAMPLES = 6  # keeps the slice under a minute on 2 cores
 
 def _slice() -> list[str]:
     keys = [sweep.op_key(op) for op in sweep.autograd_ops()]
-    return list(dict.fromkeys(CHOSEN + keys[::25]))
+    known = set(keys)
+    return list(dict.fromkeys(CHOSEN + keys[::25] + [k for k in sweep.XFAILS if k in known]))
 
 
 def _param(key: str):
@@ -65,6 +67,8 @@ def _param(key: str):
 
 @pytest.mark.parametrize("key", [_param(k) for k in _slice()])
 def test_aot_compile_matches_eager_outputs_and_gradients(key: str) -> None:
-    record = sweep.run_op(key, ("save_all", "min_cut"), max_samples=MAX_SAMPLES)
+    # an xfail runs every sample: its failing one may come late (``__getitem__``: sample 14)
+    limit = None if key in sweep.XFAILS else MAX_SAMPLES
+    record = sweep.run_op(key, ("save_all", "min_cut"), max_samples=limit)
     assert record["samples"] > 0
     assert record["passed"], record["failure"]
