@@ -195,8 +195,7 @@ def _compare_grads(
         return
     generator = torch.Generator().manual_seed(1)
     cotangents = [
-        torch.randn(o.shape, dtype=o.dtype, generator=generator).to(o.device)
-        for o in expected_outs
+        torch.randn(o.shape, dtype=o.dtype, generator=generator).to(o.device) for o in expected_outs
     ]
     expected_grads = torch.autograd.grad(
         expected_outs, [eager_inputs[i] for i in wrt], cotangents, allow_unused=True

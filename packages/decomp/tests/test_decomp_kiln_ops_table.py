@@ -176,11 +176,44 @@ CASES = {
     aten.addbmm.default: [
         ("scaled", lambda s, a, b: aten.addbmm.default(s, a, b, beta=0.5, alpha=2.0), [r(3, 5), r(4, 3, 2), r(4, 2, 5)]),
         ("beta0_nan", lambda s, a, b: aten.addbmm.default(s, a, b, beta=0), [torch.full((3, 5), float("nan"), dtype=torch.float64), r(4, 3, 2), r(4, 2, 5)]),
+        ("no_batches", lambda s, a, b: aten.addbmm.default(s, a, b), [r(3, 5), r(0, 3, 2), r(0, 2, 5)]),
+        ("broadcast_self", lambda s, a, b: aten.addbmm.default(s, a, b, alpha=-1), [r(5), r(4, 3, 2), r(4, 2, 5)]),
+    ],
+    # uninitialized memory: only what does not depend on the values is compared
+    aten.new_empty_strided.default: [
+        ("defined_part", lambda x: _defined(aten.new_empty_strided.default(x, [2, 3], [1, 2])), [r(4)]),
+    ],
+    aten.unbind_copy.int: [("dim1", lambda x: aten.unbind_copy.int(x, 1), [r(3, 4)])],
+    aten._pad_circular.default: [
+        ("wrap", lambda x: aten._pad_circular.default(x, [2, 1]), [r(2, 3, 5)]),
+        ("crop_and_wrap", lambda x: aten._pad_circular.default(x, [-1, 2, 3, -1]), [r(2, 3, 4, 5)]),
+    ],
+    aten.embedding_renorm.default: [
+        ("repeated_rows", lambda w, i: aten.embedding_renorm.default(w, i, 1.0, 2.0), [r(10, 4, scale=2), idx(10, 3, 5)]),
+        ("l1", lambda w, i: aten.embedding_renorm.default(w, i, 0.5, 1.0), [r(6, 3), idx(6, 4)]),
     ],
 }  # fmt: skip
 
+
+def _defined(t):
+    """True everywhere, whatever t holds (its shape and dtype, not its values)."""
+    nan = aten.isnan.default(t)
+    return aten.logical_or.default(nan, aten.logical_not.default(nan))
+
+
 _PARAMS = [pytest.param(op, name, fn, inputs, id=f"{op}-{name}")
            for op, cases in CASES.items() for name, fn, inputs in cases]  # fmt: skip
+
+
+def test_new_empty_strided_keeps_size_stride_and_dtype():
+    x = r(4)
+    gm = make_fx(lambda x: aten.new_empty_strided.default(x, [2, 3], [1, 2], dtype=torch.float32))(
+        x
+    )
+    out = decompose(gm, loop_level())
+    assert aten.new_empty_strided.default not in opset(out)
+    got = out(x)
+    assert (got.shape, got.stride(), got.dtype) == ((2, 3), (1, 2), torch.float32)
 
 
 def test_every_kiln_op_has_cases():

@@ -81,6 +81,27 @@ def test_symbolic_size_arithmetic_is_structural():
         check_opset(gm, {aten.view.default}, ignore_structural=False)
 
 
+def test_input_write_back_is_structural_but_other_copies_are_not():
+    from torch.func import functionalize
+
+    def bump(x, y):
+        x.add_(1)
+        return (x * y).clone().copy_(y)
+
+    gm = make_fx(functionalize(bump, remove="mutations_and_views"))(torch.randn(3), torch.randn(3))
+    assert opset(gm)[aten.copy_.default] == 1  # the write-back into x
+    check_opset(gm, {aten.add.Tensor, aten.mul.Tensor, aten.clone.default, aten.copy.default})
+    with pytest.raises(OpsetError, match="copy_"):
+        check_opset(
+            gm,
+            {aten.add.Tensor, aten.mul.Tensor, aten.clone.default, aten.copy.default},
+            ignore_structural=False,
+        )
+    eager = make_fx(bump)(torch.randn(3), torch.randn(3))  # copy_ into an intermediate
+    with pytest.raises(OpsetError, match="copy_"):
+        check_opset(eager, {aten.add_.Tensor, aten.mul.Tensor, aten.clone.default})
+
+
 def test_loop_level_output_passes_check_and_verify():
     for mode in ("fake", "symbolic"):
         out = decompose(_traced(mode), loop_level())

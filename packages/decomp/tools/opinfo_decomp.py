@@ -290,6 +290,9 @@ def write_json(results: Sequence[OpResult], path: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The sweep is CPU-only: with a GPU visible, op_db adds CUDA samples (``to``) and the
+    # forked workers cannot initialize CUDA.
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", help="comma-separated op_db names (default: all)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

@@ -110,4 +110,26 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     return to_dtype(grad_input, self.dtype)
 
 
-INDEXING_DECOMPOSITIONS = (embedding, embedding_backward, nll_loss, nll_loss_backward)
+@decomposes(aten.embedding_renorm.default)
+def embedding_renorm(self, indices, max_norm, norm_type):
+    """The functional embedding_renorm (``embedding(..., max_norm=)`` rescales the rows it
+    reads): rows whose ``norm_type``-norm exceeds max_norm are scaled by
+    max_norm / (norm + 1e-7), as eager does. A row read twice gets the same new value
+    twice, so one index_put writes them all."""
+    if not self.is_floating_point():
+        return NotImplemented
+    flat = aten.reshape.default(indices, [-1])
+    rows = aten.index.Tensor(self, [flat])
+    norms = aten.linalg_vector_norm.default(rows, norm_type, [1], True)
+    scale = aten.mul.Scalar(aten.reciprocal.default(aten.add.Scalar(norms, 1e-7)), max_norm)
+    scale = aten.where.self(aten.gt.Scalar(norms, max_norm), scale, aten.ones_like.default(scale))
+    return aten.index_put.default(self, [flat], aten.mul.Tensor(rows, scale))
+
+
+INDEXING_DECOMPOSITIONS = (
+    embedding,
+    embedding_backward,
+    embedding_renorm,
+    nll_loss,
+    nll_loss_backward,
+)

@@ -41,14 +41,20 @@ def linear(input, weight, bias=None):
 
 @decomposes(aten.addbmm.default)
 def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
-    """beta * self + alpha * sum_b(batch1[b] @ batch2[b]); self is ignored when beta == 0."""
-    products = aten.sum.dim_IntList(aten.bmm.default(batch1, batch2), [0])
-    if alpha != 1:
-        products = aten.mul.Scalar(products, alpha)
+    """beta * self + alpha * sum_b(batch1[b] @ batch2[b]) as one addmm: the batch folds into
+    the contraction (``[b1[0] | b1[1] | ...] @ [b2[0]; b2[1]; ...]``), so the whole sum is one
+    matrix product accumulated by the GEMM, not a bmm then a separate sum over b (which rounds
+    each product first). self is ignored when beta == 0, as in eager."""
+    if batch1.dim() != 3 or batch2.dim() != 3:
+        return NotImplemented
+    batches, rows, inner = batch1.shape
+    cols = batch2.shape[2]
+    lhs = aten.reshape.default(aten.permute.default(batch1, [1, 0, 2]), [rows, batches * inner])
+    rhs = aten.reshape.default(batch2, [batches * inner, cols])
     if beta == 0:
-        return products
-    scaled = self if beta == 1 else aten.mul.Scalar(self, beta)
-    return aten.add.Tensor(scaled, products)
+        product = aten.mm.default(lhs, rhs)
+        return product if alpha == 1 else aten.mul.Scalar(product, alpha)
+    return aten.addmm.default(self, lhs, rhs, beta=beta, alpha=alpha)
 
 
 MATMUL_DECOMPOSITIONS = (linear, addbmm)

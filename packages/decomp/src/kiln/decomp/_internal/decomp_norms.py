@@ -200,19 +200,12 @@ def batch_norm_functional(input, weight, bias, running_mean, running_var, traini
     return to_dtype(out, input.dtype), mean, rstd, new_mean, new_var
 
 
-@decomposes(aten._native_batch_norm_legit.no_stats)
-def batch_norm_no_stats(input, weight, bias, training, momentum, eps):
-    """Training batch norm without running statistics: (out, mean, rstd)."""
-    if not input.is_floating_point() or not training:
-        return NotImplemented
-    out, mean, rstd, _ = _batch_stats(input, weight, bias, eps)
-    return to_dtype(out, input.dtype), mean, rstd
-
-
 @decomposes(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
 def batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    """The functional cases of native_batch_norm: inference, or training without running
-    statistics. Training with running statistics writes them: left as it is."""
+    """native_batch_norm: inference, training without running statistics, or training
+    with them, where eager updates the statistics in place: the new values are written
+    with ``aten.copy_`` into the tensors passed in (an input write-back when they are graph
+    inputs, as functionalization writes them)."""
     if not input.is_floating_point():
         return NotImplemented
     if not training and running_mean is not None and running_var is not None:
@@ -221,7 +214,23 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
     if training and running_mean is None and running_var is None:
         out, mean, rstd, _ = _batch_stats(input, weight, bias, eps)
         return to_dtype(out, input.dtype), mean, rstd
+    if training and running_mean is not None and running_var is not None:
+        out, mean, rstd, new_mean, new_var = batch_norm_functional(
+            input, weight, bias, running_mean, running_var, True, momentum, eps
+        )
+        aten.copy_.default(running_mean, new_mean)
+        aten.copy_.default(running_var, new_var)
+        return out, mean, rstd
     return NotImplemented
+
+
+@decomposes(aten._native_batch_norm_legit.no_stats)
+def batch_norm_no_stats(input, weight, bias, training, momentum, eps):
+    """Training batch norm without running statistics: (out, mean, rstd)."""
+    if not input.is_floating_point() or not training:
+        return NotImplemented
+    out, mean, rstd, _ = _batch_stats(input, weight, bias, eps)
+    return to_dtype(out, input.dtype), mean, rstd
 
 
 @decomposes(aten.native_batch_norm_backward.default)

@@ -7,8 +7,10 @@ own retrace runs such kernels too. They are outside any loop-level opset, yet th
 mutation is invisible when the mutated tensor
 
 * is produced in the graph by an op that returns a fresh tensor (not a view, not an
-  input or attribute), and
-* has no user besides the in-place op (later reads go through the in-place op's output),
+  input or attribute), or is a chain of views of such a tensor (instance_norm's
+  ``native_batch_norm`` writes running statistics into a view of a clone), and
+* is read after the in-place op by nobody but the in-place op's output users (reads that
+  come before it see the old values either way), nor is any tensor of its view chain,
 
 and the out-of-place op gives the same dtype and shape (checked by running it on the
 nodes' fake values: no type promotion, no broadcasting).
@@ -66,6 +68,7 @@ def unobservable_inplace_nodes(graph: fx.Graph) -> dict[fx.Node, OpOverload]:
     """The in-place call_function nodes of ``graph`` that may become out-of-place,
     mapped to that out-of-place op."""
     result: dict[fx.Node, OpOverload] = {}
+    order = {n: i for i, n in enumerate(graph.nodes)}
     for node in graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, OpOverload):
             continue
@@ -73,20 +76,60 @@ def unobservable_inplace_nodes(graph: fx.Graph) -> dict[fx.Node, OpOverload]:
         if functional is None or not node.args or not isinstance(node.args[0], fx.Node):
             continue
         mutated = node.args[0]
-        fresh = mutated in result or _is_fresh(mutated)  # a converted op's output is fresh
-        if len(mutated.users) == 1 and fresh and _same_result(node, functional):
+        fresh = _fresh_base(mutated, result, node, order)
+        if fresh and _same_result(node, functional):
             result[node] = functional
     return result
 
 
-def functionalize_unobservable_inplace(graph: fx.Graph) -> int:
-    """Rewrite, in ``graph``, the nodes ``unobservable_inplace_nodes`` finds; return how many."""
+def functionalize_unobservable_inplace(graph: fx.Graph) -> set[OpOverload]:
+    """Rewrite, in ``graph``, the nodes ``unobservable_inplace_nodes`` finds; return the
+    out-of-place ops they became."""
     replaced = unobservable_inplace_nodes(graph)
     for node, functional in replaced.items():
         node.target = functional
     if replaced:
         log.debug("made %d in-place ops out-of-place", len(replaced))
-    return len(replaced)
+    return set(replaced.values())
+
+
+def _fresh_base(
+    node: fx.Node, converted: dict[fx.Node, OpOverload], writer: fx.Node, order: dict[fx.Node, int]
+) -> bool:
+    """``node`` (written by ``writer``) is fresh (a converted op's output is) or a view of
+    a fresh tensor, and nothing reads it or the tensors of its view chain after ``writer``
+    (other than through the chain itself)."""
+    below = writer
+    while True:
+        for user in node.users:  # earlier plain reads see the old values anyway; a view
+            if user is not below and (order[user] > order[writer] or _aliases(user)):
+                return False  # read later, or an alias whose reads may come later
+        if node in converted or _is_fresh(node):
+            return True
+        if not _is_view(node) or not isinstance(node.args[0], fx.Node):
+            return False
+        below, node = node, node.args[0]
+
+
+def _aliases(node: fx.Node) -> bool:
+    """``node``'s output may share memory with its inputs (a view, or an in-place op)."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, OpOverload):
+        return node.op != "output"  # unknown callables: assume they may alias
+    return any(r.alias_info is not None for r in target._schema.returns)
+
+
+def _is_view(node: fx.Node) -> bool:
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, OpOverload):
+        return False
+    returns = target._schema.returns
+    return (
+        len(returns) == 1
+        and returns[0].alias_info is not None
+        and not returns[0].alias_info.is_write
+        and functional_variant(target) is None
+    )
 
 
 def _is_fresh(node: fx.Node) -> bool:

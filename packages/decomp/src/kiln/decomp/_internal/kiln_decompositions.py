@@ -189,6 +189,53 @@ def take(self, index):
     return aten.index.Tensor(aten.reshape.default(self, [-1]), [index])
 
 
+@decomposes(aten.new_empty_strided.default)
+def new_empty_strided(self, size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    """new_empty_strided as empty_strided with self's dtype and device as defaults."""
+    return aten.empty_strided.default(
+        size,
+        stride,
+        dtype=self.dtype if dtype is None else dtype,
+        layout=layout,
+        device=self.device if device is None else device,
+        pin_memory=pin_memory,
+    )
+
+
+@decomposes(aten.unbind_copy.int)
+def unbind_copy(self, dim=0):
+    """One clone of each ``select`` along ``dim``. The traced op already returned that
+    many tensors, so a symbolic size is specialized to its value (int() guards on it)."""
+    count = int(self.shape[dim])
+    return [aten.clone.default(aten.select.int(self, dim, i)) for i in range(count)]
+
+
+@decomposes(aten._pad_circular.default)
+def pad_circular(self, pad):
+    """Circular padding as slices and one ``cat`` per padded dim (torch's composite kernel
+    copies into slices of an empty tensor, in place). ``pad`` holds (left, right) pairs
+    from the last dim backwards; negative amounts crop first, then the cropped tensor
+    wraps around, as in eager."""
+    out = self
+    for i in range(len(pad) // 2):
+        dim = self.dim() - 1 - i
+        left, right = pad[2 * i], pad[2 * i + 1]
+        size = out.shape[dim]
+        start, end = max(-left, 0), size - max(-right, 0)
+        if start or end != size:
+            out = aten.slice.Tensor(out, dim, start, end)
+        size = end - start
+        pieces = []
+        if left > 0:
+            pieces.append(aten.slice.Tensor(out, dim, size - left, size))
+        pieces.append(out)
+        if right > 0:
+            pieces.append(aten.slice.Tensor(out, dim, 0, right))
+        if len(pieces) > 1:
+            out = aten.cat.default(pieces, dim)
+    return aten.clone.default(out) if out is self else out
+
+
 @decomposes(aten.lift_fresh_copy.default)
 def lift_fresh_copy(x):
     """lift_fresh_copy (a tensor constant made in the traced code) as clone."""
@@ -203,6 +250,9 @@ BASIC_DECOMPOSITIONS = (
     full_like,
     copy,
     take,
+    new_empty_strided,
+    unbind_copy,
+    pad_circular,
     lift_fresh_copy,
 )
 

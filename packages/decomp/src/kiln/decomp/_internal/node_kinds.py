@@ -3,7 +3,10 @@
 "Structural" nodes are not ops of an opset: ``operator.getitem`` on multi-output ops,
 ``aten.sym_size`` / ``sym_stride`` / ``sym_numel`` / ``sym_storage_offset``, and the
 Python arithmetic on symbolic sizes that dynamic-shape tracing records
-(``operator.mul`` on SymInts, ``torch.sym_max``, ...).
+(``operator.mul`` on SymInts, ``torch.sym_max``, ...), and input write-backs: the
+``aten.copy_(placeholder, new_value)`` that a functionalized graph ends with when it mutates
+an input (BatchNorm running stats, ``x.add_(1)`` on an argument), the graph's calling
+convention for input mutation rather than a computation.
 """
 
 from __future__ import annotations
@@ -38,10 +41,21 @@ def is_symbolic_scalar_op(node: fx.Node) -> bool:
     return module in _SYMBOLIC_MODULES or module.startswith("torch.fx.experimental")
 
 
+def is_input_write_back(node: fx.Node) -> bool:
+    """``aten.copy_`` into a placeholder (or an ``aten.alias`` of one): functionalization's
+    write-back of a mutated input."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.copy_.default:
+        return False
+    target = node.args[0]
+    while isinstance(target, fx.Node) and target.target is torch.ops.aten.alias.default:
+        target = target.args[0]
+    return isinstance(target, fx.Node) and target.op == "placeholder"
+
+
 def is_structural(node: fx.Node) -> bool:
-    """getitem, sym_size-style queries and symbolic-size arithmetic."""
+    """getitem, sym_size-style queries, symbolic-size arithmetic, input write-backs."""
     if node.op != "call_function":
         return False
     if node.target is operator.getitem or node.target in SYM_SIZE_OPS:
         return True
-    return is_symbolic_scalar_op(node)
+    return is_symbolic_scalar_op(node) or is_input_write_back(node)

@@ -66,7 +66,9 @@ def check_opset(
 
     ``allowed`` holds OpOverloads, packets (all their overloads) and name strings as
     ``opset`` spells them. With ``ignore_structural`` (default), ``getitem``,
-    ``sym_size``-style queries and symbolic-size arithmetic are always allowed.
+    ``sym_size``-style queries, symbolic-size arithmetic and input write-backs
+    (``aten.copy_`` into a placeholder, how a functional graph mutates an input) are
+    always allowed.
     """
     allowed_ops, allowed_names = _normalise_allowed(allowed)
     offending = []

@@ -78,6 +78,8 @@ _INDEXING = (
     "index.Tensor", "index_put", "gather", "scatter.src", "scatter.value", "scatter.reduce",
     "scatter.value_reduce", "scatter_add", "scatter_reduce.two", "index_select", "flip",
     "cat", "constant_pad_nd",
+    # functional scatters into a view (what functionalization writes for view mutation)
+    "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
 )  # fmt: skip
 
 # Ops that stay whole, called as library kernels. Names missing from a torch are skipped.

@@ -51,6 +51,15 @@ def decompose(
     ``meta["val"]`` on every node, and each decomposed node's ``stack_trace`` on the nodes
     it became. ``gm`` is not modified; tensor attributes are shared, not copied.
     """
+    return _decompose(gm, table, example_inputs, retraces=2)
+
+
+def _decompose(
+    gm: fx.GraphModule,
+    table: Mapping[Any, Any],
+    example_inputs: Sequence[Any] | None,
+    retraces: int,
+) -> fx.GraphModule:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     fake_mode, inputs = _fake_inputs(placeholders, example_inputs)
     attr_targets, attr_values = _lifted_attributes(gm, fake_mode)
@@ -69,7 +78,11 @@ def decompose(
             decomposition_table=table,
             tracing_mode="symbolic" if symbolic else "fake",
         )(*inputs, *attr_values)
-    result = _rebuild(gm, traced, placeholders, attr_targets)
+    result, converted = _rebuild(gm, traced, placeholders, attr_targets)
+    if retraces and any(op in table for op in converted):
+        # in-place ops the retrace's composite kernels made became out-of-place ops the
+        # table decomposes (copy_ -> copy): one more retrace applies the table to them
+        return _decompose(result, table, None, retraces - 1)
     log.debug(
         "decompose: %d nodes -> %d nodes (%s shapes)",
         len(gm.graph.nodes),
@@ -225,12 +238,12 @@ def _rebuild(
             copied.target = renamed[node.target]
         env[node] = copied
     graph.set_codegen(copy.copy(gm.graph._codegen))
-    functionalize_unobservable_inplace(graph)  # those the retrace's composite kernels made
+    converted = functionalize_unobservable_inplace(graph)  # those composite kernels made
     eliminate_dead_pure_nodes(graph)
     graph.lint()
     result = fx.GraphModule(attrs, graph)
     result.meta.update(getattr(gm, "meta", {}))
-    return result
+    return result, converted
 
 
 def _copy_placeholder(graph: fx.Graph, original: fx.Node, traced: fx.Node) -> fx.Node:
