@@ -223,6 +223,31 @@ def test_batch_norm_training_updates_running_stats_functionally() -> None:
     assert int(bn.num_batches_tracked) == 1
 
 
+def test_composite_kernels_that_escape_functionalization_are_functionalized() -> None:
+    # aten._pad_circular's kernel copies into slices of an empty tensor; traced whole it
+    # leaves copy_ nodes, which a second functionalization turns into slice_scatter.
+    def fn(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        padded = torch.nn.functional.pad(x, (1, 2), mode="circular")
+        weight.mul_(2)  # an input mutation next to it still comes out as a write-back
+        return padded * weight
+
+    gm = torch.fx.symbolic_trace(fn)
+    x, weight = torch.randn(2, 3, 5), torch.randn(8)
+    expected_weight = weight.clone()
+    expected = fn(x, expected_weight)
+
+    traced = trace_inference(gm, [x, weight])
+
+    verify(traced)  # no op writes into its arguments but the write-backs
+    targets = call_targets(traced)
+    assert aten.slice_scatter.default in targets
+    assert [n.args[0].name for n in traced.graph.nodes if n.target is aten.copy_.default] == [
+        "weight"
+    ]
+    torch.testing.assert_close(traced(x, weight), expected)
+    torch.testing.assert_close(weight, expected_weight)
+
+
 def test_multi_output_ops_and_data_dependent_sizes() -> None:
     def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         parts = torch.split(x, 1)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
+import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._ops import OpOverload
 from torch.func import functionalize
@@ -220,7 +221,24 @@ def _trace(
     ``requires_grad_``; backward formulas are functional ATen anyway)."""
     if functional:
         fn = functionalize(fn, remove="mutations")
-    return make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
+    gm = make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
+    if functional and _mutates_internally(gm):
+        # some composite kernels (aten._pad_circular) run below functionalization when
+        # traced whole; their primitive ops functionalize on a second pass, as in
+        # autograd_trace.trace_inference
+        again = functionalize(fx.Interpreter(gm).run, remove="mutations")
+        gm = make_fx(again, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
+    return gm
+
+
+def _mutates_internally(gm: torch.fx.GraphModule) -> bool:
+    """A mutating op other than a write-back (``copy_`` into a placeholder) is left."""
+    return any(
+        isinstance(n.target, OpOverload)
+        and n.target._schema.is_mutable
+        and not (n.target is torch.ops.aten.copy_.default and n.args[0].op == "placeholder")
+        for n in gm.graph.nodes
+    )
 
 
 def _graph_ops(gm: torch.fx.GraphModule) -> set[OpOverload]:

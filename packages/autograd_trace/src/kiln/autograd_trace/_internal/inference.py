@@ -18,7 +18,7 @@ from .fake_inputs import fake_mode_for, fakeify_inputs
 from .interpreter import TracingInterpreter
 from .lifting import LiftedTensor, add_constant_vals, collect_lifted_tensors, restore_lifted_tensors
 from .meta import VAL
-from .opclass import remove_unused_pure_nodes
+from .opclass import is_input_writeback, is_mutating, is_op_overload, remove_unused_pure_nodes
 from .rewrites import DeclareHiddenMutations
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ def trace_inference(
     fake_inputs = fakeify_inputs(example_inputs, placeholders, fake_mode, static_shapes=not found)
     lifted = collect_lifted_tensors(gm, fake_mode)
     traced = _trace_functional(gm, fake_inputs, lifted, fake_mode, decompositions)
+    if _has_internal_mutation(traced.graph):
+        traced = _refunctionalize(traced, [*fake_inputs, *(e.fake for e in lifted)], fake_mode)
     removed = remove_unused_pure_nodes(traced.graph)
     result = restore_lifted_tensors(traced, lifted, num_user_inputs=len(fake_inputs))
     add_constant_vals(result, fake_mode)
@@ -111,6 +113,35 @@ def _trace_functional(
             "kiln.autograd_trace: tracing failed outside any graph node (while functionalizing "
             f"inputs or outputs): {type(error).__name__}: {error}"
         ) from error
+
+
+def _has_internal_mutation(graph: torch.fx.Graph) -> bool:
+    """A mutating op other than an input write-back is left: some CompositeImplicitAutograd
+    kernels (``aten._pad_circular``: copies into slices of an empty tensor) run below
+    functionalization when traced whole."""
+    return any(
+        node.op == "call_function"
+        and is_op_overload(node.target)
+        and is_mutating(node.target)
+        and not is_input_writeback(node)
+        for node in graph.nodes
+    )
+
+
+def _refunctionalize(
+    traced: torch.fx.GraphModule, flat_inputs: list[object], fake_mode: FakeTensorMode
+) -> torch.fx.GraphModule:
+    """Functionalize ``traced`` once more: its ops are now primitive ATen ops (slice, copy_),
+    which functionalization rewrites (slice_scatter); input write-backs come out again."""
+
+    def rerun(*flat: object) -> object:
+        return torch.fx.Interpreter(traced).run(*flat)
+
+    tracer = make_fx(functionalize(rerun, remove="mutations"), tracing_mode="real")
+    with fx_traceback.preserve_node_meta(), fake_mode, torch.no_grad():
+        result = tracer(*flat_inputs)
+    log.debug("functionalized a second time: mutations were left after the first trace")
+    return result
 
 
 def _rename_placeholders(
