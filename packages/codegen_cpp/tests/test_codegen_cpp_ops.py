@@ -57,6 +57,41 @@ def unary(x):
             aten.log1p(x))
 
 
+def math_unary(x, unit):
+    # `x` has NaN, +-inf, +-0 planted; `unit` lies in (-1, 1) (asin/acos/atanh/erfinv's domain) and
+    # also holds +-1 and values outside it.
+    out = [getattr(aten, name)(x) for name in (
+        "sin", "cos", "tan", "atan", "sinh", "cosh", "asinh", "erfc", "lgamma", "exp2", "log2", "log10", "ceil",
+        "floor", "trunc", "round", "sign", "isnan", "isinf", "signbit")]
+    out += [getattr(aten, name)(unit) for name in ("asin", "acos", "atanh", "erfinv")]
+    out += [aten.acosh(x.abs() + 1), aten.round.decimals(x, decimals=2), aten.round.decimals(x * 100, decimals=-1),
+            aten.round(torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997], dtype=x.dtype) + x[0, 0] * 0)]
+    return tuple(out)
+
+
+def math_binary(x, y, row):
+    return (aten.atan2(x, y), aten.atan2(x, row), aten.hypot(x, y), aten.copysign.Tensor(x, y),
+            aten.copysign.Scalar(x, -2.0), aten.nextafter(x, y), aten.fmax(x, y), aten.fmin(x, row),
+            aten.fmod.Tensor(x, y), aten.fmod.Scalar(x, 1.5), aten.remainder.Tensor(x, y),
+            aten.remainder.Scalar(x, -1.5), aten.div.Tensor_mode(x, y, rounding_mode="floor"),
+            aten.div.Tensor_mode(x, row, rounding_mode="trunc"), aten.div.Scalar_mode(x, -0.3, rounding_mode="floor"),
+            aten.pow.Scalar(2.0, x), aten.ldexp.Tensor(x, torch.tensor([3, -2, 0, 1, 5])),
+            aten.logical_and(x, y), aten.logical_or(x, row), aten.logical_xor(x, y))
+
+
+def math_int(x, y, shift):
+    # y is nonzero, either sign: floor/trunc division and both remainders differ in sign handling.
+    return (aten.div.Tensor_mode(x, y, rounding_mode="floor"), aten.div.Tensor_mode(x, y, rounding_mode="trunc"),
+            aten.div.Scalar_mode(x, -4, rounding_mode="floor"), aten.remainder.Tensor(x, y),
+            aten.remainder.Scalar(x, -4), aten.fmod.Tensor(x, y), aten.fmod.Scalar(x, 3), aten.fmax(x, y),
+            aten.fmin(x, y), aten.sign(x), aten.ceil(x), aten.isnan(x), aten.isinf(x), aten.signbit(x),
+            aten.bitwise_and.Tensor(x, y), aten.bitwise_and.Scalar(x, 6), aten.bitwise_or.Tensor(x, y),
+            aten.bitwise_or.Scalar(x, 5), aten.bitwise_xor.Tensor(x, y),
+            aten.bitwise_not(x), aten.bitwise_left_shift.Tensor(x, shift), aten.bitwise_right_shift.Tensor(x, shift),
+            aten.bitwise_and.Tensor(x > 0, y > 0), aten.bitwise_xor.Scalar(x > 0, True), aten.bitwise_not(x > 0),
+            aten.logical_xor(x, y > 0), aten.pow.Scalar(3, x.abs()), aten.exp2(x), aten.atan2(x, y))
+
+
 def binary_float(x, y, row, col, scalar):
     # y has NaNs where x does not: maximum/minimum must propagate either side's NaN.
     return (aten.add.Tensor(x, y, alpha=2), aten.sub.Tensor(x, row, alpha=0.5), aten.mul.Tensor(x, col),
@@ -129,7 +164,20 @@ def size_queries(x, y):
     return x + y, x.shape[0] * y, x.stride(0), x.numel(), y.view(x.shape[0] * x.shape[1])
 
 
+def nonzero_ints(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    x = ints(shape, dtype, 1, 9, seed=seed)
+    return torch.where(ints(shape, dtype, 0, 2, seed=seed + 1) == 0, -x, x)
+
+
 CASES = [
+    Case("math_unary", math_unary, lambda dt: (
+        special_floats((5, 6), dt), torch.cat([torch.tensor([1.0, -1.0, 1.5, NAN]), torch.rand(26) * 1.98 - 0.99])
+        .view(5, 6).to(dt)), FLOATS),
+    Case("math_binary", math_binary, lambda dt: (
+        special_floats((4, 5), dt), special_floats((4, 5), dt, seed=1), special_floats((5,), dt, seed=2)), FLOATS),
+    Case("math_int", math_int, lambda dt: (
+        ints((4, 8), dt, -40, 40), nonzero_ints((4, 8), dt, seed=1),
+        torch.tensor([-1, 0, 1, 3, 31, 32, 63, 64], dtype=dt)), (torch.int64, torch.int32)),
     Case("unary", unary, lambda dt: (special_floats((5, 6), dt),), FLOATS),
     Case("binary_float", binary_float, lambda dt: (
         special_floats((4, 5), dt), special_floats((4, 5), dt, seed=1), special_floats((5,), dt, seed=2).abs() - 1,

@@ -169,3 +169,61 @@ def test_constant_only_kernel(options):
         return torch.full((3, 4), 2.5), x + 1
 
     check(fn, (randn(2),), options)
+
+
+def specials(shape, dtype):
+    """Random values with NaN, +-inf, +-0, 1 and -1.5 planted."""
+    x = torch.randn(shape, dtype=dtype) * 3
+    values = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.0, -1.5]
+    x.view(-1)[:len(values)] = torch.tensor(values, dtype=dtype)
+    return x
+
+
+def math_unary(x, unit):
+    out = [getattr(torch.ops.aten, name)(x) for name in (
+        "sin", "cos", "tan", "atan", "sinh", "cosh", "asinh", "erfc", "lgamma", "exp2", "log2", "log10", "ceil",
+        "floor", "trunc", "round", "sign", "isnan", "isinf", "signbit")]
+    out += [getattr(torch.ops.aten, name)(unit) for name in ("asin", "acos", "atanh", "erfinv")]
+    return (*out, torch.acosh(x.abs() + 1), torch.round(x, decimals=2), torch.round(x * 100, decimals=-1))
+
+
+def math_binary(x, y, row):
+    return (torch.atan2(x, y), torch.hypot(x, row), torch.copysign(x, y), torch.copysign(x, -2.0),
+            torch.nextafter(x, y), torch.fmax(x, y), torch.fmin(x, row), torch.fmod(x, y), torch.fmod(x, 1.5),
+            torch.remainder(x, y), torch.remainder(x, -1.5), torch.div(x, y, rounding_mode="floor"),
+            torch.div(x, row, rounding_mode="trunc"), torch.div(x, -0.3, rounding_mode="floor"), 2.0 ** x,
+            torch.ldexp(x, torch.tensor([3, -2, 0, 1, 5, 2, 1, 0, -1])), torch.logical_and(x, y),
+            torch.logical_or(x, row), torch.logical_xor(x, y))
+
+
+def math_int(x, y, shift):
+    return (torch.div(x, y, rounding_mode="floor"), torch.div(x, y, rounding_mode="trunc"),
+            torch.div(x, -4, rounding_mode="floor"), torch.remainder(x, y), torch.remainder(x, -4), torch.fmod(x, y),
+            torch.fmod(x, 3), torch.fmax(x, y), torch.fmin(x, y), torch.sign(x), torch.ceil(x), torch.isnan(x),
+            torch.isinf(x), torch.signbit(x), x & y, x & 6, x | y, x | 5, x ^ y, ~x,
+            torch.bitwise_left_shift(x, shift), torch.bitwise_right_shift(x, shift), (x > 0) & (y > 0),
+            (x > 0) ^ True, ~(x > 0), torch.logical_xor(x, y > 0), torch.exp2(x), torch.atan2(x, y))
+
+
+def _nonzero_ints(shape, dtype):
+    x = torch.randint(1, 9, shape, dtype=dtype)
+    return torch.where(torch.rand(shape) > 0.5, x, -x)
+
+
+MATH = {
+    "unary": (math_unary, lambda dt: (specials((5, 9), dt), torch.cat([
+        torch.tensor([1.0, -1.0, 1.5, float("nan")]), torch.rand(41) * 1.98 - 0.99]).view(5, 9).to(dt))),
+    "binary": (math_binary, lambda dt: (specials((5, 9), dt), specials((5, 9), dt).flip(1), specials((9,), dt))),
+    "int": (math_int, lambda dt: (torch.randint(-40, 40, (4, 8), dtype=dt), _nonzero_ints((4, 8), dt),
+                                  torch.tensor([-1, 0, 1, 3, 31, 32, 63, 64], dtype=dt))),
+}
+
+
+@pytest.mark.parametrize(("group", "dtype"), [("unary", torch.float32), ("unary", torch.float64),
+                                              ("binary", torch.float32), ("binary", torch.float64),
+                                              ("int", torch.int64), ("int", torch.int32)])
+def test_math_matches_eager(group, dtype, options):
+    """libm-style math, rounding, Python-style division and remainder, logical and bitwise ops,
+    on NaN/inf/signed zeros and on negative integers."""
+    fn, inputs = MATH[group]
+    check(fn, inputs(dtype), options)

@@ -51,13 +51,21 @@ def test_missing_ops_and_unknown_ops_raise():
         _ = LoadsOnly().frobnicate
 
 
+INTEGER_OPS = ("bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
+
+
 def _all_ops_body(ops, index):
     """One loop body that calls every value operation of the protocol."""
     x = ops.load("x", 3 * index[0] + index[1])
     y = ops.load("y", index[1])
-    values = [getattr(ops, name)(x) for name in UNARY if name != "logical_not"]
-    values += [getattr(ops, name)(x, y) for name in BINARY if name not in ("logical_and", "logical_or")]
+    xi, yi = (ops.to_dtype(ops.mul(v, ops.constant(10.0, torch.float32)), torch.int64) for v in (x, y))
+    values = [getattr(ops, name)(xi if name in INTEGER_OPS else x) for name in UNARY if name != "logical_not"]
+    values += [getattr(ops, name)(xi, yi) if name in INTEGER_OPS else getattr(ops, name)(x, y)
+               for name in BINARY if name not in ("logical_and", "logical_or")]
     cond = ops.logical_or(ops.logical_and(ops.gt(x, y), ops.logical_not(ops.lt(y, x))), ops.eq(x, y))
+    # y read again through an indirect index: i1 - 3 wraps around to i1
+    wrapped = ops.indirect_indexing(ops.index_expr(index[1] - 3, torch.int64), 3)
+    values.append(ops.load("y", wrapped))
     total = ops.index_expr(index[0] * 10 + index[1], torch.float64)
     for v in values:
         total = ops.add(total, ops.to_dtype(ops.where(ops.ne(v, v), ops.constant(0.0, torch.float64), v),
@@ -67,17 +75,20 @@ def _all_ops_body(ops, index):
 
 def _all_ops_expected(x, y):
     x, y = x.view(2, 3), y.view(1, 3).expand(2, 3)
-    fns = {"neg": torch.neg, "exp": torch.exp, "log": torch.log, "sigmoid": torch.sigmoid,
-           "tanh": torch.tanh, "relu": torch.relu, "abs": torch.abs, "sqrt": torch.sqrt,
-           "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "identity": lambda a: a,
-           "erf": torch.erf, "expm1": torch.expm1, "log1p": torch.log1p,
-           "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
-           "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow, "eq": torch.eq,
-           "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
+    xi, yi = (x * 10).long(), (y * 10).long()
+    renamed = {"identity": lambda a: a, "truediv": torch.div, "round": torch.round, "pow": torch.pow,
+               "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+               "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+               "left_shift": torch.bitwise_left_shift, "right_shift": torch.bitwise_right_shift}
     total = (torch.arange(2).view(2, 1) * 10 + torch.arange(3)).double()
-    for name, fn in fns.items():
-        v = fn(x) if name in UNARY else fn(x, y)
+    for name in UNARY + BINARY:
+        if name in ("logical_not", "logical_and", "logical_or"):
+            continue
+        fn = renamed.get(name) or getattr(torch, name)
+        operands = (xi, yi) if name in INTEGER_OPS else (x, y)
+        v = fn(operands[0]) if name in UNARY else fn(*operands)
         total = total + torch.nan_to_num(v.double(), nan=0.0)
+    total = total + y.double()
     cond = ((x > y) & ~(y < x)) | (x == y)
     return total + cond.double()
 

@@ -56,6 +56,21 @@ def with_nan(*size):  # every third element NaN
     return x
 
 
+def unit(*size):  # in (-1, 1), for asin/acos/atanh/erfinv
+    return torch.rand(size) * 1.98 - 0.99
+
+
+def above_one(*size):  # for acosh
+    return torch.rand(size) * 4 + 1
+
+
+def specials(*size, dtype=torch.float32):  # NaN, +-inf, +-0, 1 and -1.5 planted among random values
+    x = (torch.randn(size) * 3).to(dtype)
+    values = (float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.0, -1.5)
+    x.view(-1)[:len(values)] = torch.tensor(values[:x.numel()], dtype=dtype)
+    return x
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     op: Any
@@ -120,7 +135,89 @@ def unary_cases(name, make=f32):
     ]
 
 
+def domain_f64(make):
+    return lambda: make(3, 4).double()
+
+
+def with_scalar(op, value, **kwargs):
+    return lambda a: op(a, value, **kwargs)
+
+
+def with_kwargs(op, **kwargs):
+    return lambda a, b: op(a, b, **kwargs)
+
+
+def math_cases():
+    """Pointwise math: every op on specials (NaN, inf, signed zeros) and on its natural domain."""
+    domains = {"asin": unit, "acos": unit, "atanh": unit, "erfinv": unit, "acosh": above_one, "log2": pos,
+               "log10": pos}
+    out = []
+    for name in ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc",
+                 "erfinv", "lgamma", "exp2", "log2", "log10", "ceil", "floor", "trunc", "round", "sign"):
+        op = getattr(aten, name).default
+        out += [case(op, op, lambda: specials(4, 5), desc="specials"),
+                case(op, op, domain_f64(domains.get(name, f32)), desc="float64")]
+    for name in ("sin", "exp2", "lgamma", "ceil", "sign", "round"):  # integer inputs
+        op = getattr(aten, name).default
+        out.append(case(op, op, lambda: i64(3, 4), desc="int"))
+    for name in ("atan2", "hypot", "nextafter", "fmax", "fmin"):
+        op = getattr(aten, name).default
+        out += [case(op, op, lambda: specials(4, 5), lambda: specials(4, 5).flip(0), desc="specials"),
+                case(op, op, lambda: f64(3, 4), lambda: f64(4), desc="float64 broadcast")]
+    out += [case(aten.fmax.default, aten.fmax.default, lambda: i64(3, 4), lambda: i64(4), desc="int"),
+            case(aten.atan2.default, aten.atan2.default, lambda: i64(3, 4), lambda: i32(4), desc="int -> float")]
+    for packet in (aten.copysign, aten.fmod, aten.remainder):
+        out += [case(packet.Tensor, packet.Tensor, lambda: specials(4, 5), lambda: specials(4, 5).flip(1),
+                     desc="specials"),
+                case(packet.Scalar, with_scalar(packet.Scalar, -1.5), lambda: f32(3, 4), desc="Scalar")]
+    for packet in (aten.fmod, aten.remainder):
+        out.append(case(packet.Tensor, packet.Tensor, lambda: i64(3, 4, low=-9, high=9),
+                        lambda: nonzero(4), desc="int, signs"))
+    for mode in ("floor", "trunc", None):
+        div = with_kwargs(aten.div.Tensor_mode, rounding_mode=mode)
+        out += [case(aten.div.Tensor_mode, div, lambda: i64(3, 4, low=-9, high=9), lambda: nonzero(4),
+                     desc=f"int {mode}"),
+                case(aten.div.Tensor_mode, div, lambda: specials(4, 5), lambda: specials(4, 5).flip(0),
+                     desc=f"specials {mode}"),
+                case(aten.div.Scalar_mode, with_scalar(aten.div.Scalar_mode, -2, rounding_mode=mode),
+                     lambda: i32(3, 4), desc=f"Scalar {mode}")]
+    out += [case(aten.round.decimals, lambda a: aten.round.decimals(a, decimals=2), lambda: f32(3, 4) * 10),
+            case(aten.round.decimals, lambda a: aten.round.decimals(a, decimals=-1), lambda: f64(3, 4) * 100,
+                 desc="negative"),
+            case(aten.pow.Scalar, lambda a: aten.pow.Scalar(2.0, a), lambda: f32(3, 4)),
+            case(aten.pow.Scalar, lambda a: aten.pow.Scalar(3, a), lambda: i64(3, 4, low=0), desc="int"),
+            case(aten.ldexp.Tensor, aten.ldexp.Tensor, lambda: f32(3, 4), lambda: i64(4))]
+    for name in ("isnan", "isinf", "signbit"):
+        op = getattr(aten, name).default
+        out += [case(op, op, lambda: specials(4, 5), desc="specials"),
+                case(op, op, lambda: i64(3, 4), desc="int")]
+    return out
+
+
+def logical_and_bitwise_cases():
+    out = []
+    for name in ("logical_and", "logical_or", "logical_xor"):
+        op = getattr(aten, name).default
+        out += [case(op, op, lambda: bools(3, 4), lambda: bools(4)),
+                case(op, op, lambda: specials(4, 5), lambda: i64(4, 5, low=-1, high=2), desc="float and int")]
+    for name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        packet = getattr(aten, name)
+        out += [case(packet.Tensor, packet.Tensor, lambda: i64(3, 4, low=-50, high=50), lambda: i32(4)),
+                case(packet.Tensor, packet.Tensor, lambda: bools(3, 4), lambda: bools(4), desc="bool"),
+                case(packet.Scalar, with_scalar(packet.Scalar, 6), lambda: i32(3, 4), desc="Scalar")]
+    shifts = lambda: torch.tensor([-1, 0, 1, 31, 32, 63, 64, 3])  # noqa: E731
+    out += [case(aten.bitwise_not.default, aten.bitwise_not.default, lambda: i64(3, 4)),
+            case(aten.bitwise_not.default, aten.bitwise_not.default, lambda: bools(3, 4), desc="bool"),
+            case(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor, lambda: i64(2, 8), shifts),
+            case(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor, lambda: i64(2, 8), shifts),
+            case(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor,
+                 lambda: i32(2, 8), lambda: shifts().int(), desc="int32")]
+    return out
+
+
 CASES: list[Case] = [
+    *math_cases(),
+    *logical_and_bitwise_cases(),
     *binary_cases(aten.add.Tensor, aten.add.Scalar, name="add"),
     case(aten.add.Tensor, lambda a, b: aten.add.Tensor(a, b), lambda: bools(3, 4), lambda: bools(4), desc="bool"),
     case(aten.add.Tensor, lambda a, b: aten.add.Tensor(a, b, alpha=2), lambda: i64(3, 4), lambda: i64(4),

@@ -15,7 +15,7 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import ComputedBuffer, Kernel, OpsHandler, Reduction, index_vars
+from kiln.loopir import ComputedBuffer, Kernel, OpsHandler, Reduction, index_vars, indirect_var
 
 from .options import CppOptions
 from .printer import cpp_expr
@@ -60,6 +60,65 @@ template <typename A, typename B> static inline std::common_type_t<A, B> kiln_po
         return T(result);
     }
 }
+// Division and remainder: exact on integers; floor rounding as Python's // and % (and torch).
+template <typename A, typename B> static inline std::common_type_t<A, B> kiln_fmod(A a, B b) {
+    using T = std::common_type_t<A, B>;
+    if constexpr (std::is_floating_point_v<T>) return std::fmod(T(a), T(b)); else return T(a) % T(b);
+}
+template <typename A, typename B> static inline std::common_type_t<A, B> kiln_remainder(A a, B b) {
+    using T = std::common_type_t<A, B>;
+    T r = kiln_fmod(a, b);
+    return (r != 0 && ((r < 0) != (T(b) < 0))) ? T(r + T(b)) : r;
+}
+template <typename A, typename B> static inline std::common_type_t<A, B> kiln_truncdiv(A a, B b) {
+    using T = std::common_type_t<A, B>;
+    if constexpr (std::is_floating_point_v<T>) return std::trunc(T(a) / T(b)); else return T(a) / T(b);
+}
+template <typename A, typename B> static inline std::common_type_t<A, B> kiln_floordiv(A a_, B b_) {
+    using T = std::common_type_t<A, B>;
+    T a = T(a_), b = T(b_);
+    if constexpr (std::is_floating_point_v<T>) {
+        // Divide the exact a - fmod(a, b), so the quotient is not rounded across an integer.
+        if (b == 0) return a / b;
+        T mod = std::fmod(a, b);
+        T div = (a - mod) / b;
+        if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
+        if (div == 0) return std::copysign(T(0), a / b);
+        T floored = std::floor(div);
+        return (div - floored > T(0.5)) ? floored + T(1) : floored;
+    } else {
+        T q = a / b;
+        return (a % b != 0 && ((a < 0) != (b < 0))) ? T(q - 1) : q;
+    }
+}
+// Shifts by a negative amount or by the width or more give 0 (left) or the sign (right), as torch.
+template <typename A, typename B> static inline A kiln_shl(A a, B b) {
+    constexpr B bits = sizeof(A) * 8;
+    return (b < 0 || b >= bits) ? A(0) : A(std::make_unsigned_t<A>(a) << b);
+}
+template <typename A, typename B> static inline A kiln_shr(A a, B b) {
+    constexpr B bits = sizeof(A) * 8;
+    return (b < 0 || b >= bits) ? A(a >> (bits - 1)) : A(a >> b);
+}
+template <typename T> static inline T kiln_sign(T x) { return T((T(0) < x) - (x < T(0))); }
+// erfinv (no libm function): an approximation good to ~2e-3 (Winitzki's), then Halley steps
+// on erf(x) = y, in double.
+template <typename T> static inline T kiln_erfinv(T y) {
+    if (!(std::abs(y) < T(1))) {
+        return std::abs(y) == T(1) ? std::copysign(std::numeric_limits<T>::infinity(), y)
+                                   : std::numeric_limits<T>::quiet_NaN();
+    }
+    const double a = 0.147, two_over_pi_a = 2.0 / (3.141592653589793 * a);
+    double w = std::log((1.0 - double(y)) * (1.0 + double(y)));
+    double t = two_over_pi_a + 0.5 * w;
+    double x = std::copysign(std::sqrt(std::sqrt(t * t - w / a) - t), double(y));
+    for (int step = 0; step < 3; ++step) {
+        double f = std::erf(x) - double(y);
+        double slope = 1.1283791670955126 * std::exp(-x * x);  // d/dx erf(x)
+        x -= f / (slope + x * f);
+    }
+    return T(x);
+}
 template <typename T> static inline T kiln_sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
 template <typename T> static inline T kiln_relu(T x) { return x < T(0) ? T(0) : x; }
 template <typename T> static inline T kiln_rsqrt(T x) { return T(1) / std::sqrt(x); }
@@ -95,12 +154,23 @@ _UNARY = {
     "tanh": "std::tanh({0})", "relu": "kiln_relu({0})", "abs": "std::abs({0})", "sqrt": "std::sqrt({0})",
     "rsqrt": "kiln_rsqrt({0})", "reciprocal": "kiln_reciprocal({0})", "logical_not": "(!{0})",
     "identity": "{0}",
+    **{name: f"std::{name}({{0}})" for name in (
+        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "lgamma",
+        "exp2", "log2", "log10", "ceil", "floor", "trunc", "signbit", "isinf")},
+    "erfinv": "kiln_erfinv({0})", "round": "std::nearbyint({0})",  # the default rounding mode: half to even
+    "sign": "kiln_sign({0})", "isnan": "({0} != {0})", "bitwise_not": "(~{0})",
 }
 _BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
     "maximum": "kiln_max({0}, {1})", "minimum": "kiln_min({0}, {1})",
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
     "gt": "({0} > {1})", "ge": "({0} >= {1})", "logical_and": "({0} && {1})", "logical_or": "({0} || {1})",
+    "logical_xor": "(bool({0}) != bool({1}))",
+    "floordiv": "kiln_floordiv({0}, {1})", "truncdiv": "kiln_truncdiv({0}, {1})",
+    "remainder": "kiln_remainder({0}, {1})", "fmod": "kiln_fmod({0}, {1})",
+    **{name: f"std::{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter", "fmax", "fmin")},
+    "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
+    "left_shift": "kiln_shl({0}, {1})", "right_shift": "kiln_shr({0}, {1})",
 }
 
 # Floating pow by a constant exponent, special-cased exactly as torch's pow.Tensor_Scalar
@@ -123,6 +193,7 @@ class CppHandler(OpsHandler):
         self.pending_reduction: PendingReduction | None = None
         self.literals: dict[str, tuple[Any, torch.dtype]] = {}  # variable -> constant it holds
         self._count = 0
+        self._indirect_count = 0
 
     def _var(self, text: str) -> str:
         if text in self.cache:
@@ -173,6 +244,14 @@ class CppHandler(OpsHandler):
 
     def where(self, cond: str, a: str, b: str) -> str:
         return self._var(f"({cond} ? {a} : {b})")
+
+    def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
+        """An index computed at run time, negative values wrapped as torch does (not range-checked)."""
+        symbol = indirect_var(self._indirect_count)
+        self._indirect_count += 1
+        self.lines.append(f"int64_t {symbol} = static_cast<int64_t>({value});")
+        self.lines.append(f"{symbol} = {symbol} < 0 ? {symbol} + {cpp_expr(size)} : {symbol};")
+        return symbol
 
 
 def _op_method(template: str):

@@ -46,6 +46,12 @@ def _sum(name: str, ctype: str, value: str, body: list[str]) -> PendingReduction
                             finish, f"reduction(+:{acc})", result)
 
 
+def _product(name: str, ctype: str, value: str, body: list[str]) -> PendingReduction:
+    acc = f"acc_{name}"
+    return PendingReduction("prod", (f"{ctype} {acc} = 1;",), (*body, f"{acc} = {acc} * {value};"), (),
+                            f"reduction(*:{acc})", acc)
+
+
 def _extremum(name: str, reduction_type: str, ctype: str, value: str, body: list[str]) -> PendingReduction:
     acc = f"acc_{name}"
     compare = ">" if reduction_type == "max" else "<"
@@ -75,6 +81,8 @@ def start_reduction(name: str, reduction_type: str, ctype: str, value: str,
     into buffer `name`; `body` holds the statements computing `value`."""
     if reduction_type == "sum":
         return _sum(name, ctype, value, list(body))
+    if reduction_type == "prod":
+        return _product(name, ctype, value, list(body))
     if reduction_type in ("max", "min"):
         return _extremum(name, reduction_type, ctype, value, list(body))
     raise NotImplementedError(f"codegen_cpp cannot generate a {reduction_type!r} reduction ({name})")

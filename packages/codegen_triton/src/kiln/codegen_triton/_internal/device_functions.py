@@ -1,18 +1,59 @@
-"""Small `@triton.jit` device functions that generated kernels call as `kiln_device.<name>`.
+"""Small `@triton.jit` device functions that generated kernels call as `kiln_device.<name>`,
+and the `libdevice` they call as `libdevice.<name>`.
 
-They exist where `triton.language` has no long-stable op with torch's semantics: NaN-propagating
-maximum/minimum (torch.maximum, amax), tanh, and pow with a tensor exponent. Generated sources
-import this module, so it is only imported once a kernel is compiled (never by `generate`).
+Device functions exist where `triton.language` has no long-stable op with torch's semantics:
+NaN-propagating maximum/minimum (torch.maximum, amax), tanh, pow with a tensor exponent, Python's
+floor division and remainder, torch's shifts. Generated sources import this module, so it is
+only imported once a kernel is compiled (never by `generate`).
+
+`libdevice` is `triton.language.extra.libdevice` (the CUDA/HIP math library) when kernels are
+compiled. Triton's interpreter cannot run library calls, so under it `libdevice` is a stand-in
+with the same names computing with torch on the interpreter's NumPy blocks: interpreter tests
+check everything around those calls (which function, dtypes, masks, broadcasting); a GPU run
+(`KILN_TRITON_TEST_DEVICE=cuda`) checks the library itself.
 """
 
 from __future__ import annotations
 
 import logging
+import types
 
 import triton
 import triton.language as tl
 
 log = logging.getLogger(__name__)
+
+# libdevice functions generated kernels use, and the torch function that stands in for each
+# under the interpreter.
+LIBDEVICE_FUNCTIONS = {
+    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
+    "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
+    "erfc": "erfc", "erfinv": "erfinv", "lgamma": "lgamma", "exp2": "exp2", "log2": "log2",
+    "log10": "log10", "trunc": "trunc", "rint": "round", "atan2": "atan2", "hypot": "hypot",
+    "copysign": "copysign", "nextafter": "nextafter",
+}
+
+
+def _interpreter_libdevice() -> types.SimpleNamespace:
+    """`libdevice` for Triton's interpreter: each function applies torch to the blocks' data."""
+    import numpy as np
+    import torch
+    from triton.runtime.interpreter import TensorHandle
+
+    def stand_in(torch_name: str):
+        torch_fn = getattr(torch, torch_name)
+
+        def apply(*args):
+            dtype = args[0].dtype
+            values = [torch.from_numpy(np.ascontiguousarray(a.handle.data)) for a in args]
+            data = torch_fn(*values).numpy().astype(args[0].handle.data.dtype)
+            block = tl.block_type(dtype, list(data.shape)) if data.ndim else dtype
+            return tl.tensor(TensorHandle(data, dtype), block)
+
+        apply.__name__ = torch_name
+        return apply
+
+    return types.SimpleNamespace(**{name: stand_in(t) for name, t in LIBDEVICE_FUNCTIONS.items()})
 
 
 @triton.jit
@@ -73,3 +114,93 @@ def log1p(x):
     u = 1.0 + x
     corrected = tl.log(u) * (x / (u - 1.0))
     return tl.where(u == 1.0, x, tl.where(tl.abs(x) < 0.5, corrected, tl.log(u)))
+
+
+INTERPRETED = type(maximum).__name__ == "InterpretedFunction"
+if INTERPRETED:
+    libdevice = _interpreter_libdevice()
+else:
+    from triton.language.extra import libdevice
+
+
+@triton.jit
+def multiply(a, b):
+    """The combine function of prod reductions."""
+    return a * b
+
+
+@triton.jit
+def fmax(a, b):
+    """torch.fmax: the other operand where one is NaN."""
+    return tl.where((a > b) | (b != b), a, b)
+
+
+@triton.jit
+def fmin(a, b):
+    """torch.fmin: the other operand where one is NaN."""
+    return tl.where((a < b) | (b != b), a, b)
+
+
+@triton.jit
+def sign(x):
+    """-1, 0 or 1 in x's dtype; 0 for NaN (as torch.sign)."""
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+
+
+@triton.jit
+def signbit(x):
+    """The sign bit of a float (set for -0.0 and negative NaNs)."""
+    if x.dtype == tl.float64:
+        bits = x.to(tl.int64, bitcast=True)
+    else:
+        bits = x.to(tl.int32, bitcast=True)
+    return bits < 0
+
+
+@triton.jit
+def remainder(a, b):
+    """Python's %: the result has b's sign (Triton's % truncates, as C's fmod and %)."""
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def truncdiv(a, b):
+    """a / b rounded toward zero; exact on integers (Triton's integer // truncates)."""
+    if a.dtype.is_floating():
+        return libdevice.trunc(a / b)
+    else:
+        return a // b
+
+
+@triton.jit
+def floordiv(a, b):
+    """Python's //. Floats divide the exact a - fmod(a, b), so the quotient is not rounded
+    across an integer; b == 0 gives a / b (inf or NaN)."""
+    if a.dtype.is_floating():
+        mod = a % b
+        div = (a - mod) / b
+        div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+        floored = tl.floor(div)
+        floored = tl.where(div - floored > 0.5, floored + 1.0, floored)
+        quotient = a / b
+        floored = tl.where(div == 0, quotient * 0.0, floored)  # a zero with the quotient's sign
+        return tl.where(b == 0, quotient, floored)
+    else:
+        q = a // b
+        return tl.where((a % b != 0) & ((a < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def left_shift(a, b):
+    """a << b; 0 when b is negative or at least a's width (as torch)."""
+    bits: tl.constexpr = a.dtype.primitive_bitwidth
+    out_of_range = (b < 0) | (b >= bits)
+    return tl.where(out_of_range, 0, a << tl.where(out_of_range, 0, b))
+
+
+@triton.jit
+def right_shift(a, b):
+    """Arithmetic a >> b; the sign fill when b is negative or at least a's width (as torch)."""
+    bits: tl.constexpr = a.dtype.primitive_bitwidth
+    return a >> tl.where((b < 0) | (b >= bits), bits - 1, b)

@@ -21,7 +21,7 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import Kernel, OpsHandler
+from kiln.loopir import Kernel, OpsHandler, indirect_var
 
 from .options import TritonCodegenError
 from .printer import triton_expr
@@ -40,6 +40,13 @@ _UNARY = {
     "tanh": "kiln_device.tanh({0})", "relu": "tl.where({0} < 0, 0, {0})", "abs": "tl.abs({0})",
     "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "1.0 / {0}",
     "logical_not": "{0} == 0", "identity": "{0}",
+    **{name: f"libdevice.{name}({{0}})" for name in (
+        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfinv",
+        "lgamma", "exp2", "log2", "log10", "trunc")},
+    "round": "libdevice.rint({0})",  # half to even
+    "ceil": "tl.ceil({0})", "floor": "tl.floor({0})",
+    "sign": "kiln_device.sign({0})", "signbit": "kiln_device.signbit({0})",
+    "isnan": "{0} != {0}", "isinf": 'tl.abs({0}) == float("inf")', "bitwise_not": "~{0}",
 }
 _BINARY = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
@@ -47,10 +54,17 @@ _BINARY = {
     "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
     "gt": "{0} > {1}", "ge": "{0} >= {1}",
     "logical_and": "({0} != 0) & ({1} != 0)", "logical_or": "({0} != 0) | ({1} != 0)",
+    "logical_xor": "({0} != 0) ^ ({1} != 0)",
+    "fmod": "{0} % {1}",  # Triton's % truncates: C's fmod on floats, C's % on integers
+    **{name: f"kiln_device.{name}({{0}}, {{1}})" for name in (
+        "floordiv", "truncdiv", "remainder", "fmax", "fmin", "left_shift", "right_shift")},
+    **{name: f"libdevice.{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter")},
+    "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
 }
-_REDUCTION_UPDATE = {"sum": "{acc} + {v}", "max": "kiln_device.maximum({acc}, {v})",
+_REDUCTION_UPDATE = {"sum": "{acc} + {v}", "prod": "{acc} * {v}", "max": "kiln_device.maximum({acc}, {v})",
                      "min": "kiln_device.minimum({acc}, {v})"}
-_REDUCTION_FOLD = {"sum": "tl.sum({acc}, 1)", "max": "tl.reduce({acc}, 1, kiln_device.maximum)",
+_REDUCTION_FOLD = {"sum": "tl.sum({acc}, 1)", "prod": "tl.reduce({acc}, 1, kiln_device.multiply)",
+                   "max": "tl.reduce({acc}, 1, kiln_device.maximum)",
                    "min": "tl.reduce({acc}, 1, kiln_device.minimum)"}
 MAX_EXPANDED_POW = 16  # integer exponents up to this size become multiplications
 
@@ -76,8 +90,8 @@ def tl_literal(value: Any, dtype: torch.dtype) -> str:
 
 
 def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
-    if reduction_type == "sum":
-        return "0"
+    if reduction_type in ("sum", "prod"):
+        return "0" if reduction_type == "sum" else "1"
     if dtype == torch.bool:
         return "0" if reduction_type == "max" else "1"
     if dtype.is_floating_point:
@@ -116,6 +130,10 @@ class TritonHandler(OpsHandler):
         self.produced = {n.name for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
         self.current = ""  # name of the buffer being emitted, for error messages
+        # Masks of the loop being emitted (kernel_source sets them): what an indirect index, a
+        # value of that loop, is masked by where it is used.
+        self.loop_masks: tuple[str, ...] = ("xmask",)
+        self.indirect_masks: dict[sympy.Symbol, tuple[str, ...]] = {}
         self._count = 0
 
     def _var(self, text: str) -> str:
@@ -131,8 +149,10 @@ class TritonHandler(OpsHandler):
         return f"{self.kernel.name}, buffer {self.current}"
 
     def _masks(self, expr: sympy.Expr) -> list[str]:
-        names = {s.name[0] for s in sympy.sympify(expr).free_symbols if s in self.index_vars}
-        return [m for prefix, m in (("i", "xmask"), ("r", "rmask")) if prefix in names]
+        symbols = sympy.sympify(expr).free_symbols
+        names = {s.name[0] for s in symbols if s in self.index_vars}
+        masks = {m for s in symbols for m in self.indirect_masks.get(s, ())}
+        return [m for prefix, m in (("i", "xmask"), ("r", "rmask")) if prefix in names or m in masks]
 
     def _scalar_shape(self) -> str:
         return "[1]" if self.rank == 1 else "[1, 1]"
@@ -167,6 +187,7 @@ class TritonHandler(OpsHandler):
         init = f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})"
         self.pending_reduction = PendingReduction(reduction_type, init, self.lines)
         self.lines = []
+        self.loop_masks = ("xmask",)
         return self._var(_REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
@@ -189,6 +210,16 @@ class TritonHandler(OpsHandler):
 
     def where(self, cond: str, a: str, b: str) -> str:
         return self._var(f"tl.where({cond}, {a}, {b})")
+
+    def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
+        """An index computed at run time, negative values wrapped as torch does (not range-checked).
+        Loads at it are masked by the masks of the loop it was computed in (its masked-off lanes
+        hold no index)."""
+        symbol = indirect_var(len(self.indirect_masks))
+        self.indirect_masks[symbol] = self.loop_masks
+        self.lines.append(f"{symbol} = {value}.to(tl.int64)")
+        self.lines.append(f"{symbol} = tl.where({symbol} < 0, {symbol} + {triton_expr(size)}, {symbol})")
+        return symbol
 
     def pow(self, x: str, y: str) -> str:
         exponent = self.constants.get(y)

@@ -33,11 +33,12 @@ import triton
 import triton.language as tl
 
 from kiln.codegen_triton._internal import device_functions as kiln_device
+from kiln.codegen_triton._internal.device_functions import libdevice
 '''
 
 RESERVED = frozenset({
     "xnumel", "xoffset", "xindex", "xmask", "rnumel", "roffset", "rindex", "rmask",
-    "XBLOCK", "RBLOCK", "tl", "triton", "kiln_device",
+    "XBLOCK", "RBLOCK", "tl", "triton", "kiln_device", "libdevice",
 })
 
 
@@ -105,6 +106,7 @@ def _node_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) ->
     handler.current = node.name
     saved_cache = dict(handler.cache)
     index, rindex = kernel.placement(node)
+    handler.loop_masks = ("xmask", "rmask") if isinstance(node.body, Reduction) else ("xmask",)
     node.run(handler, _bound_index(index, kernel.ranges), _bound_index(rindex, node.reduction_ranges))
     if not isinstance(node.body, Reduction):
         return [_node_header(node)] + handler.lines
@@ -133,7 +135,9 @@ def _row_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) -> 
     handler.lines = []
     handler.current = node.name
     saved_cache, saved_locals = dict(handler.cache), dict(handler.locals)
+    handler.loop_masks = ("xmask", "rmask")
     node.run(handler, *kernel.placement(node))
+    handler.loop_masks = ("xmask",)
     body = handler.lines
     # Values of the row loop are out of scope after it; later loops load the row from memory.
     handler.cache, handler.locals = saved_cache, saved_locals

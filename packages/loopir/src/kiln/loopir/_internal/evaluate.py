@@ -15,7 +15,7 @@ import torch
 
 from .ir import BufferSpec, Kernel
 from .ops import OpsHandler
-from .sizes import FloorDiv, evaluate_expr, free_size_symbols, index_vars
+from .sizes import FloorDiv, evaluate_expr, free_size_symbols, index_vars, indirect_var
 
 
 def eval_index(expr: Any, env: dict[sympy.Symbol, Any]) -> Any:
@@ -58,7 +58,25 @@ _TORCH_FUNCS = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.true_divide,
     "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow,
     "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
-    "logical_and": torch.logical_and, "logical_or": torch.logical_or,
+    "logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
+    "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "asin": torch.asin, "acos": torch.acos,
+    "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh, "asinh": torch.asinh, "acosh": torch.acosh,
+    "atanh": torch.atanh, "erfc": torch.erfc, "erfinv": torch.erfinv, "lgamma": torch.lgamma,
+    "exp2": torch.exp2, "log2": torch.log2, "log10": torch.log10, "ceil": torch.ceil, "floor": torch.floor,
+    "trunc": torch.trunc, "round": torch.round, "sign": torch.sign, "signbit": torch.signbit,
+    "isnan": torch.isnan, "isinf": torch.isinf, "bitwise_not": torch.bitwise_not,
+    "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "remainder": torch.remainder, "fmod": torch.fmod, "atan2": torch.atan2, "hypot": torch.hypot,
+    "copysign": torch.copysign, "nextafter": torch.nextafter, "fmax": torch.fmax, "fmin": torch.fmin,
+    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
+    "left_shift": torch.bitwise_left_shift, "right_shift": torch.bitwise_right_shift,
+}
+_REDUCE = {
+    # Reduced dims are the trailing ones: prod (which takes one dim) reduces them flattened.
+    "sum": lambda v, dims, dtype: v.sum(dims, dtype=dtype),
+    "prod": lambda v, dims, dtype: v.flatten(dims[0]).prod(-1, dtype=dtype),
+    "max": lambda v, dims, dtype: v.amax(dims), "min": lambda v, dims, dtype: v.amin(dims),
 }
 
 
@@ -85,9 +103,7 @@ class TorchHandler(OpsHandler):
         dims = tuple(range(len(self.shape) - self.reduced_dims, len(self.shape)))
         if not dims:
             return value
-        if reduction_type == "sum":
-            return value.sum(dims, dtype=dtype)
-        return value.amax(dims) if reduction_type == "max" else value.amin(dims)
+        return _REDUCE[reduction_type](value, dims, dtype)
 
     def store_reduction(self, name: str, index: sympy.Expr, value: torch.Tensor) -> None:
         # The output index does not depend on reduction variables: their axes have size 1 in
@@ -109,6 +125,12 @@ class TorchHandler(OpsHandler):
 
     def where(self, cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.where(cond, a, b)
+
+    def indirect_indexing(self, value: torch.Tensor, size: sympy.Expr) -> sympy.Symbol:
+        symbol = indirect_var(sum(s.name.startswith("ind") for s in self.env))
+        value = torch.as_tensor(value).to(torch.int64)
+        self.env[symbol] = torch.where(value < 0, value + eval_index(size, self.env), value)
+        return symbol
 
 
 def _torch_op(name: str):

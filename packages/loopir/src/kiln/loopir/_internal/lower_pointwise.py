@@ -126,8 +126,135 @@ def _unary(op_name: str):
 
 
 for _op_name in ("neg", "exp", "log", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "reciprocal",
-                 "erf", "expm1", "log1p"):
+                 "erf", "expm1", "log1p", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+                 "acosh", "atanh", "erfc", "erfinv", "lgamma", "exp2", "log2", "log10"):
     TABLE.register("pointwise", getattr(aten, _op_name).default)(_unary(_op_name))
+
+for _op_name, _overloads in {
+    "atan2": (aten.atan2.default,), "hypot": (aten.hypot.default,), "nextafter": (aten.nextafter.default,),
+    "copysign": (aten.copysign.Tensor, aten.copysign.Scalar), "fmod": (aten.fmod.Tensor, aten.fmod.Scalar),
+    "remainder": (aten.remainder.Tensor, aten.remainder.Scalar),
+}.items():
+    TABLE.register("pointwise", *_overloads)(_binary(_op_name))
+
+
+def _floating_only(op_name: str):
+    """Rounding functions: the identity on integer tensors, as in torch."""
+    def lower(ctx, node, a):
+        if not node.meta["val"].dtype.is_floating_point:
+            return pointwise(node, lambda ops, x: x, a)
+        return pointwise(node, lambda ops, x: getattr(ops, op_name)(x), a)
+
+    lower.__name__ = f"lower_{op_name}"
+    return lower
+
+
+for _op_name in ("ceil", "floor", "trunc", "round"):
+    TABLE.register("pointwise", getattr(aten, _op_name).default)(_floating_only(_op_name))
+
+
+@TABLE.register("pointwise", aten.round.decimals)
+def lower_round_decimals(ctx, node, a, *, decimals=0):
+    # Scale by 10**|decimals| in the tensor's dtype, round half to even, scale back (as torch).
+    dtype = node.meta["val"].dtype
+    if decimals == 0 or not dtype.is_floating_point:
+        return _floating_only("round")(ctx, node, a)
+
+    def fn(ops, x):
+        scale = constant(ops, 10.0 ** abs(decimals), dtype)
+        if decimals > 0:
+            return ops.truediv(ops.round(ops.mul(x, scale)), scale)
+        return ops.mul(ops.round(ops.truediv(x, scale)), scale)
+
+    return pointwise(node, fn, a)
+
+
+@TABLE.register("pointwise", aten.sign.default)
+def lower_sign(ctx, node, a):
+    if node.meta["val"].dtype == torch.bool:
+        return pointwise(node, lambda ops, x: x, a)
+    return pointwise(node, lambda ops, x: ops.sign(x), a)
+
+
+def _predicate(op_name: str, integer_result: bool | None):
+    """isnan/isinf/signbit: computed in the input's dtype; on integers a constant or `x < 0`."""
+    def lower(ctx, node, a):
+        if a.dtype.is_floating_point:
+            return pointwise(node, lambda ops, x: getattr(ops, op_name)(x), a, compute_dtype=a.dtype)
+        if integer_result is not None:
+            return pointwise(node, lambda ops: constant(ops, integer_result, torch.bool))
+        return pointwise(node, lambda ops, x: ops.lt(x, constant(ops, 0, a.dtype)), a, compute_dtype=a.dtype)
+
+    lower.__name__ = f"lower_{op_name}"
+    return lower
+
+
+TABLE.register("pointwise", aten.isnan.default)(_predicate("isnan", False))
+TABLE.register("pointwise", aten.isinf.default)(_predicate("isinf", False))
+TABLE.register("pointwise", aten.signbit.default)(_predicate("signbit", None))
+
+
+def _nan_ignoring(op_name: str, integer_op: str):
+    def lower(ctx, node, a, b):
+        name = op_name if node.meta["val"].dtype.is_floating_point else integer_op
+        return pointwise(node, lambda ops, x, y: getattr(ops, name)(x, y), a, b)
+
+    lower.__name__ = f"lower_{op_name}"
+    return lower
+
+
+TABLE.register("pointwise", aten.fmax.default)(_nan_ignoring("fmax", "maximum"))
+TABLE.register("pointwise", aten.fmin.default)(_nan_ignoring("fmin", "minimum"))
+
+
+@TABLE.register("pointwise", aten.div.Tensor_mode, aten.div.Scalar_mode)
+def lower_div_mode(ctx, node, a, b, *, rounding_mode=None):
+    name = {None: "truediv", "trunc": "truncdiv", "floor": "floordiv"}[rounding_mode]
+    return pointwise(node, lambda ops, x, y: getattr(ops, name)(x, y), a, b)
+
+
+@TABLE.register("pointwise", aten.pow.Scalar)
+def lower_pow_scalar(ctx, node, base, exponent):
+    return pointwise(node, lambda ops, x, y: ops.pow(x, y), base, exponent)
+
+
+@TABLE.register("pointwise", aten.ldexp.Tensor)
+def lower_ldexp(ctx, node, a, b):
+    # a * 2**b, exact for integer b (as torch computes it: a * pow(2, b)).
+    return pointwise(node, lambda ops, x, y: ops.mul(x, ops.exp2(y)), a, b)
+
+
+def _logical(op_name: str):
+    def lower(ctx, node, *operands):
+        return pointwise(node, lambda ops, *xs: getattr(ops, op_name)(*xs), *operands, compute_dtype=torch.bool)
+
+    lower.__name__ = f"lower_{op_name}"
+    return lower
+
+
+for _op_name in ("logical_and", "logical_or", "logical_xor"):
+    TABLE.register("pointwise", getattr(aten, _op_name).default)(_logical(_op_name))
+
+
+def _bitwise(op_name: str, bool_op: str):
+    """Bitwise ops on integers; on bool tensors the logical op (C++ would promote `~b` to int)."""
+    def lower(ctx, node, *operands):
+        name = bool_op if node.meta["val"].dtype == torch.bool else op_name
+        return pointwise(node, lambda ops, *xs: getattr(ops, name)(*xs), *operands)
+
+    lower.__name__ = f"lower_{op_name}"
+    return lower
+
+
+for _op_name, _bool_op, _overloads in (
+    ("bitwise_and", "logical_and", (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)),
+    ("bitwise_or", "logical_or", (aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)),
+    ("bitwise_xor", "logical_xor", (aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)),
+    ("bitwise_not", "logical_not", (aten.bitwise_not.default,)),
+    ("left_shift", None, (aten.bitwise_left_shift.Tensor,)),
+    ("right_shift", None, (aten.bitwise_right_shift.Tensor,)),
+):
+    TABLE.register("pointwise", *_overloads)(_bitwise(_op_name, _bool_op))
 
 
 def _comparison(op_name: str):

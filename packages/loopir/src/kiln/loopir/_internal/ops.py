@@ -19,15 +19,27 @@ from typing import Any
 import sympy
 import torch
 
+from .sizes import indirect_var
+
 # name -> number of *value* operands (dtype/index/name arguments are not counted).
 UNARY = (
     "neg", "exp", "log", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "reciprocal",
     "erf", "expm1", "log1p",
-    "logical_not", "identity",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "erfc", "erfinv", "lgamma", "exp2", "log2", "log10",
+    "ceil", "floor", "trunc", "round",  # round: half to even
+    "sign", "signbit", "isnan", "isinf",
+    "logical_not", "bitwise_not", "identity",
 )
 BINARY = (
     "add", "sub", "mul", "truediv", "maximum", "minimum", "pow",
-    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
+    # floordiv/truncdiv/remainder/fmod: exact on integers; floordiv and remainder round
+    # toward -inf (Python's // and %), truncdiv and fmod toward zero (C's / and %).
+    "floordiv", "truncdiv", "remainder", "fmod",
+    "atan2", "hypot", "copysign", "nextafter", "fmax", "fmin",  # fmax/fmin ignore NaNs
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+    # shifts by a negative or too large amount give what torch gives: 0, or the sign fill
+    "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
 )
 OPS: dict[str, int] = {
     **{name: 1 for name in UNARY},
@@ -36,13 +48,17 @@ OPS: dict[str, int] = {
     "to_dtype": 1,  # to_dtype(x, dtype)
     "constant": 0,  # constant(value, dtype)
     "index_expr": 0,  # index_expr(sympy_expr, dtype)
+    # indirect_indexing(value, size) -> a sympy symbol standing for `value` (an integer
+    # computed by the body, e.g. loaded from an index tensor; negative values wrap by `size`)
+    # that later `load` indices may use: how gather/index_select read at data-dependent places.
+    "indirect_indexing": 1,
     "load": 0,  # load(buffer_name, flat_index)
     "store": 1,  # store(buffer_name, flat_index, value)
     "reduction": 1,  # reduction(buffer_name, reduction_type, dtype, value) -> accumulator
     "store_reduction": 1,  # store_reduction(buffer_name, flat_index, accumulator)
 }
 
-REDUCTION_TYPES = ("sum", "max", "min")
+REDUCTION_TYPES = ("sum", "prod", "max", "min")
 
 
 class UnknownOpError(NotImplementedError):
@@ -79,6 +95,7 @@ class ReadsWrites(OpsHandler):
     def __init__(self) -> None:
         self.accesses: list[Access] = []
         self.index_exprs: list[sympy.Expr] = []  # arguments of ops.index_expr (size symbols in values)
+        self.indirect_count = 0
 
     def _value(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -106,6 +123,11 @@ class ReadsWrites(OpsHandler):
 
     def where(self, cond: Any, a: Any, b: Any) -> None:
         return None
+
+    def indirect_indexing(self, value: Any, size: sympy.Expr) -> sympy.Symbol:
+        self.index_exprs.append(sympy.sympify(size))
+        self.indirect_count += 1
+        return indirect_var(self.indirect_count - 1)
 
     @property
     def reads(self) -> list[Access]:
@@ -154,6 +176,11 @@ class Printer(OpsHandler):
 
     def where(self, cond: str, a: str, b: str) -> str:
         return self._emit(f"where({cond}, {a}, {b})")
+
+    def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
+        symbol = indirect_var(sum(line.startswith("ind") for line in self.lines))
+        self.lines.append(f"{symbol} = indirect_indexing({value}, {size})")
+        return symbol
 
 
 def _printer_op(name: str):

@@ -74,6 +74,11 @@ def index_vars(n: int, prefix: str = "i") -> tuple[sympy.Symbol, ...]:
     return tuple(sympy.Symbol(f"{prefix}{k}", integer=True, nonnegative=True) for k in range(n))
 
 
+def indirect_var(n: int) -> sympy.Symbol:
+    """The symbol `ops.indirect_indexing` returns: an index the loop body computed at run time."""
+    return sympy.Symbol(f"ind{n}", integer=True)
+
+
 def contiguous_strides(size: Sequence[Expr]) -> tuple[Expr, ...]:
     strides: list[Expr] = []
     running: Expr = sympy.Integer(1)
@@ -116,7 +121,8 @@ def free_size_symbols(exprs: Sequence[Expr]) -> set[sympy.Symbol]:
 
 
 def _is_index_var(s: sympy.Symbol) -> bool:
-    return s.name[:1] in ("i", "r") and s.name[1:].isdigit()
+    """Loop variables (`i0`, `r0`) and indirect indices (`ind0`), as opposed to size symbols."""
+    return (s.name[:1] in ("i", "r") and s.name[1:].isdigit()) or (s.name[:3] == "ind" and s.name[3:].isdigit())
 
 
 def evaluate_expr(expr: Expr, bindings: dict[sympy.Symbol, int]) -> int:
