@@ -92,6 +92,21 @@ def math_int(x, y, shift):
             aten.logical_xor(x, y > 0), aten.pow.Scalar(3, x.abs()), aten.exp2(x), aten.atan2(x, y))
 
 
+def indexing(x, y, i, rows):
+    # i holds in-range indices of x's last dim, negative ones too (index.Tensor wraps them).
+    discard = x == x  # always true: the uninitialized operand is discarded
+    return (aten.cat([x, y * 2, x[:, :1]], 1), aten.cat([x[:1], x], 0), aten.constant_pad_nd(x, [1, 2, -1, 1], 3),
+            aten.constant_pad_nd(x * 2, [0, 0, 2, 0]), aten.flip(x, [0, -1]), aten.flip(x * 2, [1]),
+            aten.arange.start_step(2, 11, 3), aten.arange.start_step(0.5, 3.0, 0.25, dtype=torch.float32),
+            aten.index_select(x, 1, i.abs()), aten.index_select(x * 2, 0, rows), aten.gather(x, 1, rows.view(3, 1)),
+            aten.index.Tensor(x, [rows, i[:3]]), aten.index.Tensor(x, [None, i]), aten.index.Tensor(x, [i[:1], None]),
+            aten.gather(x, 1, i.abs().expand(3, 4)).sum(1), aten.slice_scatter(x, y, 1, 1, None, 2),
+            aten.slice_scatter(x, x[:2] * 3, 0, -2), aten.select_scatter(x, y[:, 0], 1, -1),
+            aten.where.self(discard, x, aten.empty.memory_format([3, 4], dtype=x.dtype)),
+            aten.where.self(discard, x, aten.empty_strided([3, 4], [1, 3], dtype=x.dtype)),
+            aten.where.self(discard, x, aten.empty_permuted([3, 4], [1, 0], dtype=x.dtype)))
+
+
 def binary_float(x, y, row, col, scalar):
     # y has NaNs where x does not: maximum/minimum must propagate either side's NaN.
     return (aten.add.Tensor(x, y, alpha=2), aten.sub.Tensor(x, row, alpha=0.5), aten.mul.Tensor(x, col),
@@ -170,6 +185,9 @@ def nonzero_ints(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch
 
 
 CASES = [
+    Case("indexing", indexing, lambda dt: (
+        torch.randn(3, 4).to(dt) * 5, torch.randn(3, 2).to(dt) * 5, torch.tensor([1, -1, 0, 3]), torch.tensor([2, 0, 2])),
+         (torch.float32, torch.int64)),
     Case("math_unary", math_unary, lambda dt: (
         special_floats((5, 6), dt), torch.cat([torch.tensor([1.0, -1.0, 1.5, NAN]), torch.rand(26) * 1.98 - 0.99])
         .view(5, 6).to(dt)), FLOATS),

@@ -227,3 +227,34 @@ def test_math_matches_eager(group, dtype, options):
     on NaN/inf/signed zeros and on negative integers."""
     fn, inputs = MATH[group]
     check(fn, inputs(dtype), options)
+
+
+def indexing(x, y, i, rows):
+    aten = torch.ops.aten
+    return (torch.cat([x, y * 2, x[:, :1]], 1), aten.constant_pad_nd(x, [1, 2, -1, 1], 3), torch.flip(x * 2, [0, 1]),
+            torch.arange(2, 11, 3), torch.arange(0.5, 3.0, 0.25), torch.index_select(x, 1, i.abs()),
+            torch.gather(x, 1, rows.view(3, 1)), x[rows, i[:3]], x[:, i], x[i[:1]],
+            aten.slice_scatter(x, y, 1, 1, None, 2), aten.select_scatter(x, y[:, 0], 1, -1),
+            torch.where(x == x, x, aten.empty_strided([3, 4], [1, 3], dtype=x.dtype)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_indexing_matches_eager(dtype, options):
+    """Selections on index predicates (loads clamped in bounds) and indirect loads (masked by
+    their loop's masks), negative indices wrapping."""
+    args = (torch.randn(3, 4).to(dtype) * 5, torch.randn(3, 2).to(dtype) * 5, torch.tensor([1, -1, 0, 3]),
+            torch.tensor([2, 0, 2]))
+    check(indexing, args, options)
+
+
+def test_indirect_loads_in_reductions(options):
+    def fn(x, i):
+        picked = torch.gather(x, 1, i)  # read inside the reduction loop: masked by xmask & rmask
+        shifted = picked - picked.amax(1, keepdim=True)
+        return picked.sum(1), x[i[:, 0] % 5].amax(1), shifted.exp() / shifted.exp().sum(1, keepdim=True)
+
+    x, i = torch.randn(5, 37), torch.randint(0, 37, (5, 37))
+    check(fn, (x, i), options)
+    rows = lower(make_fx(fn)(x, i))  # softmax's pointwise work as row loops, gathering in each
+    assert any(k.is_row(n) for k in rows.kernels for n in k.nodes)
+    torch.testing.assert_close(compile(rows, options)(x, i), fn(x, i))

@@ -215,8 +215,65 @@ def logical_and_bitwise_cases():
     return out
 
 
+def indexes(*values):
+    return lambda: torch.tensor(values)
+
+
+def discarded(make_empty):
+    return lambda a: aten.where.self(a == a, a, make_empty())
+
+
+def indexing_cases():
+    """Several sources selected by index predicates, and reads at loaded (indirect) indices:
+    broadcast index tensors, indices computed in the same kernel, negative indices wrapping
+    (index.Tensor; eager's gather and index_select refuse them)."""
+    empty_ops = ((aten.empty.memory_format, lambda: aten.empty.memory_format([3, 4])),
+                 (aten.empty_strided.default, lambda: aten.empty_strided.default([3, 4], [1, 3])),
+                 (aten.empty_permuted.default, lambda: aten.empty_permuted.default([3, 4], [1, 0])))
+    out = [
+        case(aten.cat.default, lambda a, b: aten.cat.default([a, b * 2, a[:, :1]], 1), lambda: f32(3, 4),
+             lambda: f32(3, 2)),
+        case(aten.cat.default, lambda a, b: aten.cat.default([a, b, torch.full([0], 1.0)]), lambda: i64(2, 3),
+             lambda: f32(1, 3), desc="promotes, legacy empty"),
+        case(aten.cat.default, lambda a: aten.cat.default([a, a], -1), lambda: f32(2, 3), mode="symbolic",
+             desc="symbolic"),
+        case(aten.constant_pad_nd.default, lambda a: aten.constant_pad_nd.default(a, [1, 2, -1, 1], 3.5),
+             lambda: f32(3, 4), desc="pad and crop"),
+        case(aten.constant_pad_nd.default, lambda a: aten.constant_pad_nd.default(a * 2, [2, 0]), lambda: i64(3, 4),
+             desc="lazy int"),
+        case(aten.flip.default, lambda a: aten.flip.default(a, [0, -1]) * 2, lambda: f32(3, 4)),
+        case(aten.flip.default, lambda a: aten.flip.default(a * 2, [1]), lambda: f32(3, 4), desc="lazy"),
+        case(aten.arange.start_step, lambda a: aten.arange.start_step(2, 11, 3) + a, lambda: i64(3)),
+        case(aten.arange.start_step, lambda: aten.arange.start_step(0.5, 3.0, 0.25, dtype=torch.float32),
+             desc="float"),
+        case(aten.index_select.default, lambda a, i: aten.index_select.default(a, 1, i), lambda: f32(3, 4),
+             indexes(3, 0, 0, 2)),
+        case(aten.index_select.default, lambda a, i: aten.index_select.default(a * 2, 0, i % 3), lambda: f32(3, 4),
+             indexes(5, 1), desc="computed index, lazy source"),
+        case(aten.gather.default, lambda a, i: aten.gather.default(a, 1, i), lambda: f32(3, 4),
+             lambda: torch.tensor([[0, 3], [3, 2], [0, 1]])),
+        case(aten.gather.default, lambda a, i: aten.gather.default(a, 0, i), lambda: i64(3, 4),
+             lambda: torch.tensor([[2, 0, 1, 1]]), desc="dim 0"),
+        case(aten.index.Tensor, lambda a, i: aten.index.Tensor(a, [i]), lambda: f32(3, 4), indexes(2, -1, 0)),
+        case(aten.index.Tensor, lambda a, i, j: aten.index.Tensor(a, [None, i, j]), lambda: f32(2, 3, 4),
+             lambda: torch.tensor([[0], [2]]), indexes(-1, 1, 3), desc="adjacent, broadcast"),
+        case(aten.index.Tensor, lambda a, i, j: aten.index.Tensor(a, [i, None, j]), lambda: f32(2, 3, 4),
+             indexes(1, 0), lambda: torch.tensor([3, -2], dtype=torch.int32), desc="split: batch dims first"),
+        case(aten.slice_scatter.default, lambda a, b: aten.slice_scatter.default(a, b, 1, 1, None, 2),
+             lambda: f32(3, 5), lambda: f32(3, 2)),
+        case(aten.slice_scatter.default, lambda a, b: aten.slice_scatter.default(a, b * 2, 0, -2), lambda: f32(3, 4),
+             lambda: i64(2, 4), desc="negative start, promotes"),
+        case(aten.select_scatter.default, lambda a, b: aten.select_scatter.default(a, b, 1, -1), lambda: f32(3, 4),
+             lambda: f32(3)),
+    ]
+    for op, make in empty_ops:  # uninitialized: only where() discarding it is comparable
+        out.append(case(op, discarded(make), lambda: f32(3, 4)))
+    return out
+
+
 CASES: list[Case] = [
     *math_cases(),
+    *indexing_cases(),
     *logical_and_bitwise_cases(),
     *binary_cases(aten.add.Tensor, aten.add.Scalar, name="add"),
     case(aten.add.Tensor, lambda a, b: aten.add.Tensor(a, b), lambda: bools(3, 4), lambda: bools(4), desc="bool"),

@@ -51,9 +51,9 @@ class Lowerings(Mapping[torch._ops.OpOverload, Lowering]):
 
 def default_lowerings() -> Lowerings:
     """A fresh table with every lowering loopir ships."""
-    from . import lower_pointwise, lower_reduction, lower_views
+    from . import lower_indexing, lower_pointwise, lower_reduction, lower_views
 
-    return lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE
+    return lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE | lower_indexing.TABLE
 
 
 def supported_ops() -> frozenset[torch._ops.OpOverload]:
