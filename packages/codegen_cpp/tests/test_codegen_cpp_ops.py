@@ -150,6 +150,12 @@ def reductions(x):
            x.amax(0), x.amax((1, 2), keepdim=True), x.amax(), x.amin(-1), x.amin((0, 1)), x.amin()]
     if x.dtype.is_floating_point:
         out += [x.mean(1), x.mean((0, -1), keepdim=True), x.mean()]
+    out += [x.prod(1), x[:, :2, :3].prod(), x.max(), x.min(), x.any(), x.any(-1), x.all(), x.all(1),
+            aten.any.dims(x, [0, 2], True),
+            aten.all.dims(x, [1, 2])]
+    if x.dtype != torch.bool:  # ties (3.0 rows) and NaNs: the first position wins
+        y = torch.where(x[..., :1] > 0, 3, x)
+        out += [x.argmax(), x.argmin(1, keepdim=True), *aten.max.dim(y, -1), *aten.min.dim(x, 0), y.argmin(2)]
     return tuple(out)
 
 

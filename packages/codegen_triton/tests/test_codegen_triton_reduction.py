@@ -144,3 +144,21 @@ def test_block_shapes_follow_memory_order(fn, contiguous, tmp_path):
 def test_contiguous_rows_with_default_blocks(tmp_path):
     options = TritonOptions(cache_dir=tmp_path)
     check(lambda x: (x.sum(-1), x.amax(-1), x.sum(0)), (torch.randn(9, 700),), options, rtol=1e-5, atol=1e-4)
+
+
+def more_reductions(x, b):
+    return (x.prod(1), x[:, :, :3].prod(), b.long().prod(0), x.max(), x.min(), b.any(), b.all(1), x.any((0, 1)),
+            x.argmax(), x.argmin(1, keepdim=True), *torch.max(x, -1), *torch.min(x, 0), torch.argmin(x, -1),
+            torch.argmax(torch.where(x == x, x * 3, 0).int(), 2))
+
+
+@pytest.mark.parametrize("fuse_rows", [False, True])
+def test_prod_any_all_and_arg_reductions(fuse_rows, options):
+    """argmax/argmin: the first largest/smallest (the first NaN), ties and NaNs spread over
+    several lanes and loop steps; max.dim/min.dim's values and indices in one kernel."""
+    x = torch.randn(3, 4, 37)
+    x[1, 2, 3] = x[1, 2, 30] = x[2, 1, 1] = float("nan")
+    x[0, 0, :], x[0, 1, :], x[2, 2, ::5] = 3.0, float("-inf"), 9.0
+    b = torch.rand(3, 4) > 0.3
+    kernel_graph = lower(make_fx(more_reductions)(x, b), fuse_rows=fuse_rows)
+    torch.testing.assert_close(compile(kernel_graph, options)(x, b), more_reductions(x, b), equal_nan=True)

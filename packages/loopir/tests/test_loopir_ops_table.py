@@ -271,8 +271,41 @@ def indexing_cases():
     return out
 
 
+def ties_and_nans(*size):  # repeated maxima and minima, NaNs in some rows
+    x = torch.randint(-2, 3, size).float()
+    x.view(-1)[5::7] = float("nan")
+    return x
+
+
+def more_reduction_cases():
+    out = [
+        case(aten.prod.dim_int, lambda a: aten.prod.dim_int(a, 1), lambda: f32(3, 4)),
+        case(aten.prod.dim_int, lambda a: aten.prod.dim_int(a, 0, True), lambda: i32(3, 4), desc="int32 -> int64"),
+        case(aten.prod.default, aten.prod.default, lambda: f32(2, 3) + 1),
+        case(aten.prod.default, aten.prod.default, lambda: bools(2, 3), desc="bool -> int64"),
+        case(aten.max.default, aten.max.default, lambda: with_nan(3, 4)),
+        case(aten.min.default, aten.min.default, lambda: i64(3, 4)),
+    ]
+    for packet in (aten.any, aten.all):
+        out += [case(packet.default, packet.default, lambda: bools(3, 4)),
+                case(packet.dim, with_scalar(packet.dim, -1), lambda: i64(3, 4, low=0, high=2), desc="int"),
+                case(packet.dims, with_scalar(packet.dims, [0, 2], keepdim=True), lambda: with_nan(2, 3, 4),
+                     desc="float, NaN is true")]
+    for packet in (aten.argmax, aten.argmin):
+        out += [case(packet.default, packet.default, lambda: ties_and_nans(3, 4), desc="flat"),
+                case(packet.default, with_scalar(packet.default, 1, keepdim=True), lambda: ties_and_nans(2, 5, 3),
+                     desc="dim keepdim"),
+                case(packet.default, with_scalar(packet.default, -1), lambda: i64(3, 6, low=-2, high=2),
+                     desc="int ties")]
+    for packet in (aten.max, aten.min):
+        out += [case(packet.dim, with_scalar(packet.dim, -1), lambda: ties_and_nans(3, 7)),
+                case(packet.dim, with_scalar(packet.dim, 0, keepdim=True), lambda: i64(3, 4), desc="int keepdim")]
+    return out
+
+
 CASES: list[Case] = [
     *math_cases(),
+    *more_reduction_cases(),
     *indexing_cases(),
     *logical_and_bitwise_cases(),
     *binary_cases(aten.add.Tensor, aten.add.Scalar, name="add"),

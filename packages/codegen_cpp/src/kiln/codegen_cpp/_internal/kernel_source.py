@@ -216,7 +216,7 @@ class CppHandler(OpsHandler):
         if name in self.outputs:
             self.lines.append(f"out_{name}[{cpp_expr(index)}] = {value};")
 
-    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str) -> str:
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
         """Close the reduction's loop body; statements emitted after this run after its loops."""
         self.pending_reduction = start_reduction(name, reduction_type, c_type(dtype), value, self.lines)
         self.lines = list(self.pending_reduction.finish)

@@ -7,6 +7,9 @@ Accuracy and NaN semantics follow torch, written so that GCC vectorizes the loop
   result is rounded to float once, after the loops.
 * max/min keep a NaN count next to the accumulator: the loop body is a plain compare-select,
   which `#pragma omp simd reduction(max:...)` vectorizes, and any NaN seen makes the result NaN.
+* argmax/argmin keep the best value and its position; a strictly better value (or the first
+  NaN) replaces them, so ties keep the first position. Their loops are serial (no OpenMP
+  reduction clause combines pairs).
 """
 
 from __future__ import annotations
@@ -52,16 +55,30 @@ def _product(name: str, ctype: str, value: str, body: list[str]) -> PendingReduc
                             f"reduction(*:{acc})", acc)
 
 
+def _lowest_first(reduction_type: str, ctype: str) -> str:
+    """The initial accumulator of a max (or argmax) reduction, or of a min."""
+    largest = reduction_type in ("max", "argmax")
+    if ctype in _FLOATS:
+        return f"{'-' if largest else ''}std::numeric_limits<{ctype}>::infinity()"
+    if ctype == "bool":
+        return "false" if largest else "true"
+    return f"std::numeric_limits<{ctype}>::{'lowest' if largest else 'max'}()"
+
+
+def _arg_extremum(name: str, reduction_type: str, ctype: str, value: str, position: str,
+                  body: list[str]) -> PendingReduction:
+    best, at = f"best_{name}", f"acc_{name}"
+    compare = ">" if reduction_type == "argmax" else "<"
+    first_nan = f" || ({value} != {value} && {best} == {best})" if ctype in _FLOATS else ""
+    declarations = (f"{ctype} {best} = {_lowest_first(reduction_type, ctype)};", f"int64_t {at} = 0;")
+    update = f"if ({value} {compare} {best}{first_nan}) {{ {best} = {value}; {at} = {position}; }}"
+    return PendingReduction(reduction_type, declarations, (*body, update), (), "", at)
+
+
 def _extremum(name: str, reduction_type: str, ctype: str, value: str, body: list[str]) -> PendingReduction:
     acc = f"acc_{name}"
     compare = ">" if reduction_type == "max" else "<"
-    if ctype in _FLOATS:
-        sign = "-" if reduction_type == "max" else ""
-        init = f"{sign}std::numeric_limits<{ctype}>::infinity()"
-    elif ctype == "bool":
-        init = "false" if reduction_type == "max" else "true"
-    else:
-        init = f"std::numeric_limits<{ctype}>::{'lowest' if reduction_type == 'max' else 'max'}()"
+    init = _lowest_first(reduction_type, ctype)
     declarations = [f"{ctype} {acc} = {init};"]
     update = [f"{acc} = ({value} {compare} {acc}) ? {value} : {acc};"]
     finish: list[str] = []
@@ -75,10 +92,13 @@ def _extremum(name: str, reduction_type: str, ctype: str, value: str, body: list
     return PendingReduction(reduction_type, tuple(declarations), (*body, *update), tuple(finish), clauses, acc)
 
 
-def start_reduction(name: str, reduction_type: str, ctype: str, value: str,
+def start_reduction(name: str, reduction_type: str, ctype: str, value: str | tuple[str, str],
                     body: Sequence[str]) -> PendingReduction:
-    """The accumulators and per-element update of reducing `value` (a C++ variable of `ctype`)
-    into buffer `name`; `body` holds the statements computing `value`."""
+    """The accumulators and per-element update of reducing `value` (a C++ variable of `ctype`;
+    for argmax/argmin a pair of value and position variables) into buffer `name`; `body`
+    holds the statements computing `value`."""
+    if reduction_type in ("argmax", "argmin"):
+        return _arg_extremum(name, reduction_type, ctype, *value, list(body))
     if reduction_type == "sum":
         return _sum(name, ctype, value, list(body))
     if reduction_type == "prod":

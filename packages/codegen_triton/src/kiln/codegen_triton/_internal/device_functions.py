@@ -130,6 +130,31 @@ def multiply(a, b):
 
 
 @triton.jit
+def _take_second(value_a, index_a, value_b, index_b, b_better):
+    """Which of two (value, position) candidates an arg reduction keeps: NaN first, then the
+    better value (`b_better`: b's value is strictly better), then the lower position."""
+    nan_a = value_a != value_a
+    nan_b = value_b != value_b
+    tie = (value_a == value_b) | (nan_a & nan_b)
+    take = tl.where(nan_a | nan_b, nan_b & ((nan_a == 0) | (index_b < index_a)), b_better)
+    return take | (tie & (index_b < index_a))
+
+
+@triton.jit
+def argmax_combine(value_a, index_a, value_b, index_b):
+    """Combine function of argmax folds over (value, position) pairs."""
+    take = _take_second(value_a, index_a, value_b, index_b, value_b > value_a)
+    return tl.where(take, value_b, value_a), tl.where(take, index_b, index_a)
+
+
+@triton.jit
+def argmin_combine(value_a, index_a, value_b, index_b):
+    """Combine function of argmin folds over (value, position) pairs."""
+    take = _take_second(value_a, index_a, value_b, index_b, value_b < value_a)
+    return tl.where(take, value_b, value_a), tl.where(take, index_b, index_a)
+
+
+@triton.jit
 def fmax(a, b):
     """torch.fmax: the other operand where one is NaN."""
     return tl.where((a > b) | (b != b), a, b)

@@ -90,14 +90,16 @@ def tl_literal(value: Any, dtype: torch.dtype) -> str:
 
 
 def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
+    """The accumulator's start (for argmax/argmin: of the values compared)."""
     if reduction_type in ("sum", "prod"):
         return "0" if reduction_type == "sum" else "1"
+    largest = reduction_type in ("max", "argmax")
     if dtype == torch.bool:
-        return "0" if reduction_type == "max" else "1"
+        return "0" if largest else "1"
     if dtype.is_floating_point:
-        return 'float("-inf")' if reduction_type == "max" else 'float("inf")'
+        return 'float("-inf")' if largest else 'float("inf")'
     info = torch.iinfo(dtype)
-    return str(info.min if reduction_type == "max" else info.max)
+    return str(info.min if largest else info.max)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,7 +107,7 @@ class PendingReduction:
     """A reduction's loop, as the handler leaves it for `kernel_source` to wrap in a loop."""
 
     reduction_type: str
-    init: str  # the accumulator's definition, before the loop
+    init: tuple[str, ...]  # the accumulators' definitions, before the loop
     body: list[str]  # the loop body, ending with the accumulator update
 
 
@@ -178,17 +180,37 @@ class TritonHandler(OpsHandler):
         mask = " & ".join(["xmask"] + [m for m in masks if m != "xmask"])
         self.lines.append(f"tl.store(out_{name} + {offset}, {value}, {mask})")
 
-    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str) -> str:
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
         """Ends the loop body: what was emitted so far runs once per RBLOCK chunk."""
+        if reduction_type in ("argmax", "argmin"):
+            return self._arg_reduction(name, reduction_type, dtype, *value)
         acc = f"acc_{name}"
         identity = reduction_identity(reduction_type, dtype)
         masked = self._var(f"tl.where(xmask & rmask, {value}, {identity})")
         self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
         init = f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})"
-        self.pending_reduction = PendingReduction(reduction_type, init, self.lines)
+        return self._end_loop(PendingReduction(reduction_type, (init,), self.lines),
+                              _REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
+
+    def _arg_reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str, position: str) -> str:
+        """Each lane keeps its best value and that value's position (a strictly better value or
+        the first NaN replaces them); the fold picks the best lane, the lowest position on ties."""
+        best, at = f"best_{name}", f"acc_{name}"
+        identity = reduction_identity(reduction_type, dtype)
+        masked = self._var(f"tl.where(xmask & rmask, {value}, {identity})")
+        compare = ">" if reduction_type == "argmax" else "<"
+        take = self._var(f"({masked} {compare} {best}) | (({masked} != {masked}) & ({best} == {best}))")
+        self.lines += [f"{at} = tl.where({take}, {position}, {at})", f"{best} = tl.where({take}, {masked}, {best})"]
+        init = (f"{best} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})",
+                f"{at} = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
+        fold = f"tl.reduce(({best}, {at}), 1, kiln_device.{reduction_type}_combine)[1][:, None]"
+        return self._end_loop(PendingReduction(reduction_type, init, self.lines), fold)
+
+    def _end_loop(self, pending: PendingReduction, fold: str) -> str:
+        self.pending_reduction = pending
         self.lines = []
         self.loop_masks = ("xmask",)
-        return self._var(_REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
+        return self._var(fold)
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)

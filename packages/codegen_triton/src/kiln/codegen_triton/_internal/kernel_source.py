@@ -113,7 +113,7 @@ def _node_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) ->
     red = handler.pending_reduction
     handler.cache = saved_cache  # values computed inside the loop are out of scope after it
     ranges = ", ".join(str(r) for r in node.reduction_ranges)
-    lines = [f"{_node_header(node)}: {red.reduction_type} over [{ranges}]", red.init]
+    lines = [f"{_node_header(node)}: {red.reduction_type} over [{ranges}]", *red.init]
     rvars = index_vars(len(node.reduction_ranges), "r")
     return lines + _loop_lines(rvars, node.reduction_ranges, red.body) + handler.lines
 

@@ -99,8 +99,15 @@ class TorchHandler(OpsHandler):
         buf[idx] = torch.broadcast_to(torch.as_tensor(value), self.shape).to(buf.dtype)
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> torch.Tensor:
-        value = torch.broadcast_to(torch.as_tensor(value), self.shape).to(dtype)
         dims = tuple(range(len(self.shape) - self.reduced_dims, len(self.shape)))
+        if reduction_type in ("argmax", "argmin"):
+            values, positions = (torch.broadcast_to(torch.as_tensor(v), self.shape) for v in value)
+            if not dims:
+                return positions
+            values, positions = values.to(dtype).flatten(dims[0]), positions.flatten(dims[0])
+            pick = values.argmax(-1) if reduction_type == "argmax" else values.argmin(-1)
+            return positions.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
+        value = torch.broadcast_to(torch.as_tensor(value), self.shape).to(dtype)
         if not dims:
             return value
         return _REDUCE[reduction_type](value, dims, dtype)

@@ -102,8 +102,10 @@ class LoweringContext:
                                          value.origins))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
 
-    def add_reduction(self, reduction: Reduction, size: Sequence[Expr], origin: str) -> StridedView:
-        spec = BufferSpec.contiguous(self.new_buffer_name(), reduction.dtype, size)
+    def add_reduction(self, reduction: Reduction, size: Sequence[Expr], origin: str,
+                      dtype: torch.dtype | None = None) -> StridedView:
+        """Realize `reduction` into a new buffer of `dtype` (default: the reduction's)."""
+        spec = BufferSpec.contiguous(self.new_buffer_name(), dtype or reduction.dtype, size)
         self.steps.append(ComputedBuffer(spec, reduction, (origin,)))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
 

@@ -1,4 +1,5 @@
-"""Lowerings of reductions (sum, amax, amin, mean): each becomes a realized `Reduction` buffer."""
+"""Lowerings of reductions (sum, prod, amax/max, amin/min, mean, any, all, argmax, argmin): each
+becomes a realized `Reduction` buffer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from .ir import Reduction
 from .lower_pointwise import broadcast_load, pointwise
 from .registry import Lowerings
-from .sizes import Expr, numel, to_exprs
+from .sizes import Expr, contiguous_strides, flat_index, numel, to_exprs
 
 aten = torch.ops.aten
 TABLE = Lowerings()
@@ -26,13 +27,16 @@ def _reduced_dims(rank: int, dims: Sequence[int] | int | None) -> tuple[int, ...
     return tuple(sorted({d % rank for d in dims}))
 
 
-def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str) -> Any:
-    """Realize a `Reduction` of `value` over `dims`; returns the result's StridedView."""
-    out = node.meta["val"]
-    dtype = out.dtype
+def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str, out: Any = None) -> Any:
+    """Realize a `Reduction` of `value` over `dims`; returns the result's StridedView. `out` is
+    the result's FakeTensor (default: the node's meta["val"])."""
+    out = node.meta["val"] if out is None else out
+    arg = reduction_type in ("argmax", "argmin")
+    dtype = value.dtype if arg else out.dtype  # arg reductions compare the input's values
     in_size = value.size
     reduced = _reduced_dims(len(in_size), dims)
     kept = [d for d in range(len(in_size)) if d not in reduced]
+    reduced_sizes = tuple(in_size[d] for d in reduced)
 
     def inner(ops: Any, index: tuple[Expr, ...], rindex: tuple[Expr, ...]) -> Any:
         full = [sympy.Integer(0)] * len(in_size)
@@ -40,11 +44,15 @@ def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str) -> Any:
             full[d] = rindex[pos]
         for pos, d in enumerate(kept):
             full[d] = index[d] if keepdim else index[pos]
-        return broadcast_load(ops, value, tuple(full), dtype)
+        loaded = broadcast_load(ops, value, tuple(full), dtype)
+        if not arg:
+            return loaded
+        # The position counts row-major over the reduced dims (the flat index of argmax(dim=None)).
+        position = flat_index(rindex, contiguous_strides(reduced_sizes))
+        return loaded, ops.index_expr(position, torch.int64)
 
-    reduction = Reduction(to_exprs(out.shape), tuple(in_size[d] for d in reduced), reduction_type,
-                          inner, dtype)
-    return ctx.add_reduction(reduction, to_exprs(out.shape), node.name)
+    reduction = Reduction(to_exprs(out.shape), reduced_sizes, reduction_type, inner, dtype)
+    return ctx.add_reduction(reduction, to_exprs(out.shape), node.name, out.dtype)
 
 
 @TABLE.register("reduction", aten.sum.dim_IntList)
@@ -77,3 +85,56 @@ def lower_mean(ctx, node, x, dims=None, keepdim=False, *, dtype=None):
 @TABLE.register("reduction", aten.mean.default)
 def lower_mean_all(ctx, node, x, *, dtype=None):
     return lower_mean(ctx, node, x, None, False)
+
+
+@TABLE.register("reduction", aten.prod.dim_int)
+def lower_prod(ctx, node, x, dim, keepdim=False, *, dtype=None):
+    return reduce(ctx, node, x, dim, keepdim, "prod")
+
+
+@TABLE.register("reduction", aten.prod.default)
+def lower_prod_all(ctx, node, x, *, dtype=None):
+    return reduce(ctx, node, x, None, False, "prod")
+
+
+@TABLE.register("reduction", aten.max.default)
+def lower_max_all(ctx, node, x):
+    return reduce(ctx, node, x, None, False, "max")
+
+
+@TABLE.register("reduction", aten.min.default)
+def lower_min_all(ctx, node, x):
+    return reduce(ctx, node, x, None, False, "min")
+
+
+# any/all: the max/min of the values as bool (`reduce` loads them in the output's dtype).
+@TABLE.register("reduction", aten.any.default, aten.any.dim, aten.any.dims)
+def lower_any(ctx, node, x, dim=None, keepdim=False):
+    return reduce(ctx, node, x, dim, keepdim, "max")
+
+
+@TABLE.register("reduction", aten.all.default, aten.all.dim, aten.all.dims)
+def lower_all(ctx, node, x, dim=None, keepdim=False):
+    return reduce(ctx, node, x, dim, keepdim, "min")
+
+
+@TABLE.register("reduction", aten.argmax.default)
+def lower_argmax(ctx, node, x, dim=None, keepdim=False):
+    return reduce(ctx, node, x, dim, keepdim, "argmax")
+
+
+@TABLE.register("reduction", aten.argmin.default)
+def lower_argmin(ctx, node, x, dim=None, keepdim=False):
+    return reduce(ctx, node, x, dim, keepdim, "argmin")
+
+
+@TABLE.register("reduction", aten.max.dim)
+def lower_max_dim(ctx, node, x, dim, keepdim=False):
+    values, indices = node.meta["val"]
+    return (reduce(ctx, node, x, dim, keepdim, "max", values), reduce(ctx, node, x, dim, keepdim, "argmax", indices))
+
+
+@TABLE.register("reduction", aten.min.dim)
+def lower_min_dim(ctx, node, x, dim, keepdim=False):
+    values, indices = node.meta["val"]
+    return (reduce(ctx, node, x, dim, keepdim, "min", values), reduce(ctx, node, x, dim, keepdim, "argmin", indices))

@@ -54,11 +54,15 @@ OPS: dict[str, int] = {
     "indirect_indexing": 1,
     "load": 0,  # load(buffer_name, flat_index)
     "store": 1,  # store(buffer_name, flat_index, value)
-    "reduction": 1,  # reduction(buffer_name, reduction_type, dtype, value) -> accumulator
+    # reduction(buffer_name, reduction_type, dtype, value) -> accumulator. For "argmax"/"argmin"
+    # `value` is a pair (value, position): the result is the int64 position of the first
+    # largest/smallest value (NaN counts as largest and smallest, as in torch), `dtype` the
+    # dtype the values compare in.
+    "reduction": 1,
     "store_reduction": 1,  # store_reduction(buffer_name, flat_index, accumulator)
 }
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min")
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin")
 
 
 class UnknownOpError(NotImplementedError):
@@ -162,7 +166,8 @@ class Printer(OpsHandler):
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> str:
         return self._emit(f"store({name}, {index}, {value})")
 
-    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str) -> str:
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> str:
+        value = ", ".join(value) if isinstance(value, tuple) else value
         return self._emit(f"reduce_{reduction_type}({value})")
 
     def constant(self, value: Any, dtype: torch.dtype) -> str:
