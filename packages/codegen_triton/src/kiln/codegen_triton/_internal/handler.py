@@ -94,8 +94,8 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
     if reduction_type in ("sum", "prod"):
         return "0" if reduction_type == "sum" else "1"
     largest = reduction_type in ("max", "argmax")
-    if dtype == torch.bool:
-        return "0" if largest else "1"
+    if dtype == torch.bool:  # a bool literal: an int one would promote the block to int32
+        return "False" if largest else "True"
     if dtype.is_floating_point:
         return 'float("-inf")' if largest else 'float("inf")'
     info = torch.iinfo(dtype)
