@@ -167,7 +167,8 @@ def views(x, v):
                 t.permute(2, 0, 1),
                 t[0].t(), t.transpose(0, 2), t[:, :1].expand(2, 5, 4), t.unsqueeze(1), t[:, :1].squeeze(1),
                 t.unsqueeze(0).squeeze(0), t[:1, :, :1].squeeze(), t[:, 1:3, ::2], t[:, -2:], t.select(1, -1),
-                t.select(2, 0), t.transpose(0, 1).reshape(3, 8) + 1]
+                t.select(2, 0), t.transpose(0, 1).reshape(3, 8) + 1, t.diagonal(1, 0, 2), t.diagonal(-1, 2, 1) + 1,
+                t.unfold(2, 2, 1), t.unfold(1, 2, 2) * 2, aten.diagonal_scatter(t, t.diagonal(1, 0, 2) * 3, 1, 0, 2)]
     out += [aten.squeeze.dims(v, [0, 2]), v[0].expand(2, 3, 4) + x.sum()]
     return tuple(out)
 

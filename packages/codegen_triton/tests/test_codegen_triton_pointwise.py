@@ -235,6 +235,7 @@ def indexing(x, y, i, rows):
             torch.arange(2, 11, 3), torch.arange(0.5, 3.0, 0.25), torch.index_select(x, 1, i.abs()),
             torch.gather(x, 1, rows.view(3, 1)), x[rows, i[:3]], x[:, i], x[i[:1]],
             aten.slice_scatter(x, y, 1, 1, None, 2), aten.select_scatter(x, y[:, 0], 1, -1),
+            x.diagonal(1) * 2, (x + 1).unfold(1, 2, 1), aten.diagonal_scatter(x, y[:2, 0], -1),
             torch.where(x == x, x, aten.empty_strided([3, 4], [1, 3], dtype=x.dtype, device=x.device)))
 
 

@@ -265,6 +265,16 @@ def indexing_cases():
              lambda: i64(2, 4), desc="negative start, promotes"),
         case(aten.select_scatter.default, lambda a, b: aten.select_scatter.default(a, b, 1, -1), lambda: f32(3, 4),
              lambda: f32(3)),
+        case(aten.diagonal_scatter.default, lambda a, b: aten.diagonal_scatter.default(a, b, 1, 0, 2),
+             lambda: f32(3, 2, 4), lambda: f32(2, 3)),
+        case(aten.diagonal_scatter.default, lambda a, b: aten.diagonal_scatter.default(a, b, -1), lambda: i64(3, 4),
+             lambda: i64(2), desc="below"),
+        case(aten.diagonal.default, lambda a: aten.diagonal.default(a, 1, 0, 2), lambda: f32(3, 2, 4), desc="view"),
+        case(aten.diagonal.default, lambda a: aten.diagonal.default(a * 2, -1, -1, 0) + 1, lambda: f32(3, 4),
+             desc="lazy"),
+        case(aten.unfold.default, lambda a: aten.unfold.default(a, 1, 2, 2), lambda: f32(3, 5), desc="view"),
+        case(aten.unfold.default, lambda a: aten.unfold.default(a + 1, 0, 3, 1) * 2, lambda: f32(4, 2),
+             desc="lazy, overlapping"),
     ]
     for op, make in empty_ops:  # uninitialized: only where() discarding it is comparable
         out.append(case(op, discarded(make), lambda: f32(3, 4)))

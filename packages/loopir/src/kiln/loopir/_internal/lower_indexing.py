@@ -20,7 +20,7 @@ import sympy
 import torch
 
 from .lower_pointwise import broadcast_load, constant, out_dtype_size
-from .lower_views import _slice_start
+from .lower_views import _slice_start, diagonal_dims
 from .registry import Lowerings
 from .sizes import Expr, FloorDiv, to_expr
 from .values import Lazy
@@ -257,5 +257,25 @@ def lower_select_scatter(ctx, node, x, src, dim, index):
         new = _load_as(ops, src, out_index[:dim] + out_index[dim + 1:], dtype)
         hit = ops.eq(ops.index_expr(out_index[dim], I64), ops.index_expr(chosen, I64))
         return ops.where(hit, new, _load_as(ops, x, out_index, dtype))
+
+    return Lazy(dtype, size, inner, (node.name,))
+
+
+@TABLE.register("pointwise", aten.diagonal_scatter.default)
+def lower_diagonal_scatter(ctx, node, x, src, offset=0, dim1=0, dim2=1):
+    dtype, size = out_dtype_size(node)
+    kept, dim1, dim2, row, col = diagonal_dims(len(size), offset, dim1, dim2)
+    length = src.size[-1]
+
+    def inner(ops: Any, index: tuple[Expr, ...]) -> Any:
+        old = _load_as(ops, x, index, dtype)
+        if length == 0:
+            return old
+        position = index[dim1] - row
+        on_diagonal = ops.logical_and(
+            ops.eq(ops.index_expr(index[dim2] - index[dim1], I64), ops.index_expr(col - row, I64)),
+            _in_range(ops, position, 0, length))
+        new = _load_as(ops, src, tuple(index[d] for d in kept) + (_clamp(position, length),), dtype)
+        return ops.where(on_diagonal, new, old)
 
     return Lazy(dtype, size, inner, (node.name,))

@@ -164,6 +164,51 @@ def lower_select(ctx, node, x, dim, index):
     return as_lazy(x, size, lambda idx: tuple(idx[:dim]) + (index,) + tuple(idx[dim:]), node.name)
 
 
+def diagonal_dims(rank: int, offset: int, dim1: int, dim2: int) -> tuple[list[int], int, int, int, int]:
+    """(kept dims, dim1, dim2, first row, first column) of `x.diagonal(offset, dim1, dim2)`."""
+    dim1, dim2 = dim1 % rank, dim2 % rank
+    kept = [d for d in range(rank) if d not in (dim1, dim2)]
+    return kept, dim1, dim2, max(-offset, 0), max(offset, 0)
+
+
+@TABLE.register("view", aten.diagonal.default)
+def lower_diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
+    size = _out_size(node)  # the kept dims, then the diagonal
+    kept, dim1, dim2, row, col = diagonal_dims(len(x.size), offset, dim1, dim2)
+
+    def index_fn(idx: Sequence[Expr]) -> tuple[Expr, ...]:
+        full = [sympy.Integer(0)] * len(x.size)
+        for pos, d in enumerate(kept):
+            full[d] = idx[pos]
+        full[dim1], full[dim2] = idx[-1] + row, idx[-1] + col
+        return tuple(full)
+
+    stride = offset_ = None
+    if isinstance(x, StridedView):
+        stride = [x.stride[d] for d in kept] + [x.stride[dim1] + x.stride[dim2]]
+        offset_ = x.offset + row * x.stride[dim1] + col * x.stride[dim2]
+    return _remap(x, size, size, stride, offset_, index_fn, node.name)
+
+
+@TABLE.register("view", aten.unfold.default)
+def lower_unfold(ctx, node, x, dimension, size, step):
+    out_size = _out_size(node)  # dim `dimension` counts windows; a new last dim walks one window
+    rank = len(x.size)
+    dim = dimension % rank if rank else 0
+
+    def index_fn(idx: Sequence[Expr]) -> tuple[Expr, ...]:
+        if not rank:
+            return ()
+        return tuple(idx[d] * step + idx[-1] if d == dim else idx[d] for d in range(rank))
+
+    stride = offset = None
+    if isinstance(x, StridedView):
+        inner = x.stride[dim] if rank else sympy.Integer(1)
+        stride = [st * step if d == dim else st for d, st in enumerate(x.stride)] + [inner]
+        offset = x.offset
+    return _remap(x, out_size, out_size, stride, offset, index_fn, node.name)
+
+
 @TABLE.register("extern", aten.mm.default, aten.addmm.default, aten.bmm.default)
 def lower_extern(ctx, node, *args, **kwargs):
     return ctx.add_extern(node, args, kwargs)
