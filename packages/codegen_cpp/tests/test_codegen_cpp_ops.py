@@ -89,7 +89,8 @@ def math_int(x, y, shift):
             aten.bitwise_or.Scalar(x, 5), aten.bitwise_xor.Tensor(x, y),
             aten.bitwise_not(x), aten.bitwise_left_shift.Tensor(x, shift), aten.bitwise_right_shift.Tensor(x, shift),
             aten.bitwise_and.Tensor(x > 0, y > 0), aten.bitwise_xor.Scalar(x > 0, True), aten.bitwise_not(x > 0),
-            aten.logical_xor(x, y > 0), aten.pow.Scalar(3, x.abs()), aten.exp2(x), aten.atan2(x, y))
+            aten.logical_xor(x, y > 0), aten.pow.Scalar(3, x.abs()), aten.exp2(x), aten.atan2(x, y), aten.gcd(x, y),
+            aten.gcd(x, x * 0), aten.lcm(x, y), aten.lcm(x * 0, y * 0))
 
 
 def indexing(x, y, i, rows):

@@ -202,7 +202,8 @@ def math_int(x, y, shift):
             torch.fmod(x, 3), torch.fmax(x, y), torch.fmin(x, y), torch.sign(x), torch.ceil(x), torch.isnan(x),
             torch.isinf(x), torch.signbit(x), x & y, x & 6, x | y, x | 5, x ^ y, ~x,
             torch.bitwise_left_shift(x, shift), torch.bitwise_right_shift(x, shift), (x > 0) & (y > 0),
-            (x > 0) ^ True, ~(x > 0), torch.logical_xor(x, y > 0), torch.exp2(x), torch.atan2(x, y))
+            (x > 0) ^ True, ~(x > 0), torch.logical_xor(x, y > 0), torch.exp2(x), torch.atan2(x, y), torch.gcd(x, y),
+            torch.gcd(x, x * 0), torch.lcm(x, y), torch.lcm(x * 0, y * 0), torch.gcd(x, torch.tensor(12, dtype=x.dtype)))
 
 
 def _nonzero_ints(shape, dtype):

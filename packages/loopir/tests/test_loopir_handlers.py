@@ -51,7 +51,7 @@ def test_missing_ops_and_unknown_ops_raise():
         _ = LoadsOnly().frobnicate
 
 
-INTEGER_OPS = ("bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
+INTEGER_OPS = ("bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "gcd")
 
 
 def _all_ops_body(ops, index):

@@ -164,6 +164,10 @@ def math_cases():
         op = getattr(aten, name).default
         out += [case(op, op, lambda: specials(4, 5), lambda: specials(4, 5).flip(0), desc="specials"),
                 case(op, op, lambda: f64(3, 4), lambda: f64(4), desc="float64 broadcast")]
+    for name in ("gcd", "lcm"):
+        op = getattr(aten, name).default
+        out += [case(op, op, lambda: i64(3, 4, low=-30, high=30), lambda: i64(4, low=-30, high=30)),
+                case(op, op, lambda: i32(3, 4), lambda: torch.zeros(3, 4, dtype=torch.int32), desc="zeros")]
     out += [case(aten.fmax.default, aten.fmax.default, lambda: i64(3, 4), lambda: i64(4), desc="int"),
             case(aten.atan2.default, aten.atan2.default, lambda: i64(3, 4), lambda: i32(4), desc="int -> float")]
     for packet in (aten.copysign, aten.fmod, aten.remainder):

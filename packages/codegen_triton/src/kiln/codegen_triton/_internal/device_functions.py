@@ -217,6 +217,18 @@ def floordiv(a, b):
 
 
 @triton.jit
+def gcd(a, b):
+    """Euclid's algorithm on |a|, |b|, every lane until the block's last one finishes."""
+    a, b = tl.broadcast(tl.abs(a), tl.abs(b))
+    while tl.max(b) != 0:
+        nonzero = b != 0
+        rest = a % tl.where(nonzero, b, 1)
+        a = tl.where(nonzero, b, a)
+        b = tl.where(nonzero, rest, 0)
+    return a
+
+
+@triton.jit
 def left_shift(a, b):
     """a << b; 0 when b is negative or at least a's width (as torch)."""
     bits: tl.constexpr = a.dtype.primitive_bitwidth

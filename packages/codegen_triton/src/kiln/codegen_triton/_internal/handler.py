@@ -57,7 +57,7 @@ _BINARY = {
     "logical_xor": "({0} != 0) ^ ({1} != 0)",
     "fmod": "{0} % {1}",  # Triton's % truncates: C's fmod on floats, C's % on integers
     **{name: f"kiln_device.{name}({{0}}, {{1}})" for name in (
-        "floordiv", "truncdiv", "remainder", "fmax", "fmin", "left_shift", "right_shift")},
+        "floordiv", "truncdiv", "remainder", "fmax", "fmin", "gcd", "left_shift", "right_shift")},
     **{name: f"libdevice.{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter")},
     "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
 }

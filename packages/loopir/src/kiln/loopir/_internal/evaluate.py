@@ -70,7 +70,7 @@ _TORCH_FUNCS = {
     "remainder": torch.remainder, "fmod": torch.fmod, "atan2": torch.atan2, "hypot": torch.hypot,
     "copysign": torch.copysign, "nextafter": torch.nextafter, "fmax": torch.fmax, "fmin": torch.fmin,
     "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
-    "left_shift": torch.bitwise_left_shift, "right_shift": torch.bitwise_right_shift,
+    "gcd": torch.gcd, "left_shift": torch.bitwise_left_shift, "right_shift": torch.bitwise_right_shift,
 }
 _REDUCE = {
     # Reduced dims are the trailing ones: prod (which takes one dim) reduces them flattened.

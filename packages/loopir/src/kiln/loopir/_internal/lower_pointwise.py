@@ -133,7 +133,7 @@ for _op_name in ("neg", "exp", "log", "sigmoid", "tanh", "relu", "abs", "sqrt", 
 for _op_name, _overloads in {
     "atan2": (aten.atan2.default,), "hypot": (aten.hypot.default,), "nextafter": (aten.nextafter.default,),
     "copysign": (aten.copysign.Tensor, aten.copysign.Scalar), "fmod": (aten.fmod.Tensor, aten.fmod.Scalar),
-    "remainder": (aten.remainder.Tensor, aten.remainder.Scalar),
+    "remainder": (aten.remainder.Tensor, aten.remainder.Scalar), "gcd": (aten.gcd.default,),
 }.items():
     TABLE.register("pointwise", *_overloads)(_binary(_op_name))
 
@@ -205,6 +205,20 @@ def _nan_ignoring(op_name: str, integer_op: str):
 
 TABLE.register("pointwise", aten.fmax.default)(_nan_ignoring("fmax", "maximum"))
 TABLE.register("pointwise", aten.fmin.default)(_nan_ignoring("fmin", "minimum"))
+
+
+@TABLE.register("pointwise", aten.lcm.default)
+def lower_lcm(ctx, node, a, b):
+    # |a / gcd * b|, 0 when both are 0 (dividing by 1 there: both branches of a where run).
+    dtype = node.meta["val"].dtype
+
+    def fn(ops, x, y):
+        g = ops.gcd(x, y)
+        zero = ops.eq(g, constant(ops, 0, dtype))
+        divisor = ops.where(zero, constant(ops, 1, dtype), g)
+        return ops.where(zero, constant(ops, 0, dtype), ops.abs(ops.mul(ops.truncdiv(x, divisor), y)))
+
+    return pointwise(node, fn, a, b)
 
 
 @TABLE.register("pointwise", aten.div.Tensor_mode, aten.div.Scalar_mode)

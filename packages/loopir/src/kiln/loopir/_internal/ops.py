@@ -37,6 +37,7 @@ BINARY = (
     # toward -inf (Python's // and %), truncdiv and fmod toward zero (C's / and %).
     "floordiv", "truncdiv", "remainder", "fmod",
     "atan2", "hypot", "copysign", "nextafter", "fmax", "fmin",  # fmax/fmin ignore NaNs
+    "gcd",  # integers; never negative
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
     # shifts by a negative or too large amount give what torch gives: 0, or the sign fill
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
