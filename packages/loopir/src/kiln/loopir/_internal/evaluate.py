@@ -66,12 +66,30 @@ _TORCH_FUNCS = {
     "trunc": torch.trunc, "round": torch.round, "sign": torch.sign, "signbit": torch.signbit,
     "isnan": torch.isnan, "isinf": torch.isinf, "bitwise_not": torch.bitwise_not,
     "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"),
-    "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "truncdiv": lambda a, b: _truncdiv(a, b),
     "remainder": torch.remainder, "fmod": torch.fmod, "atan2": torch.atan2, "hypot": torch.hypot,
     "copysign": torch.copysign, "nextafter": torch.nextafter, "fmax": torch.fmax, "fmin": torch.fmin,
     "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
     "gcd": torch.gcd, "left_shift": torch.bitwise_left_shift, "right_shift": torch.bitwise_right_shift,
 }
+
+
+def _truncdiv(a: Any, b: Any) -> torch.Tensor:
+    """a / b rounded toward zero. Integer division by -1 negates (wrapping at the smallest
+    value): torch's own integer kernel traps on INT_MIN / -1. Division by zero raises as in eager."""
+    a, b = torch.as_tensor(a), torch.as_tensor(b)
+    if torch.promote_types(a.dtype, b.dtype).is_floating_point or a.dtype == torch.bool:
+        return torch.div(a, b, rounding_mode="trunc")
+    minus_one = b == -1
+    quotient = torch.div(a, torch.where(minus_one, torch.ones_like(b), b), rounding_mode="trunc")
+    return torch.where(minus_one, torch.neg(a).to(quotient.dtype), quotient)
+
+
+class KernelRuntimeError(RuntimeError):
+    """A check failed while a kernel ran: integer division by zero (ZeroDivisionError, as
+    eager on CPU). Out-of-range indirect indices raise `IndexError`."""
+
+
 _REDUCE = {
     # Reduced dims are the trailing ones: prod (which takes one dim) reduces them flattened.
     "sum": lambda v, dims, dtype: v.sum(dims, dtype=dtype),
@@ -84,7 +102,8 @@ class TorchHandler(OpsHandler):
     """Computes a loop body on whole tensors of index values."""
 
     def __init__(self, buffers: dict[str, torch.Tensor], env: dict[sympy.Symbol, Any],
-                 shape: tuple[int, ...], reduced_dims: int) -> None:
+                 shape: tuple[int, ...], reduced_dims: int, location: str = "") -> None:
+        self.location = location  # the kernel and buffer being computed, for error messages
         self.buffers = buffers
         self.env = env
         self.shape = shape
@@ -136,7 +155,13 @@ class TorchHandler(OpsHandler):
     def indirect_indexing(self, value: torch.Tensor, size: sympy.Expr) -> sympy.Symbol:
         symbol = indirect_var(sum(s.name.startswith("ind") for s in self.env))
         value = torch.as_tensor(value).to(torch.int64)
-        self.env[symbol] = torch.where(value < 0, value + eval_index(size, self.env), value)
+        bound = int(eval_index(size, self.env))  # a size: no index variable in it
+        wrapped = torch.where(value < 0, value + bound, value)
+        outside = (wrapped < 0) | (wrapped >= bound)
+        if outside.any():
+            raise IndexError(f"{self.location}: index {int(value[outside][0])} is out of bounds for a dimension "
+                             f"of size {bound}")
+        self.env[symbol] = wrapped
         return symbol
 
 
@@ -206,6 +231,13 @@ def evaluate_kernel(kernel: Kernel, args: Sequence[Any]) -> tuple[torch.Tensor, 
         env: dict[sympy.Symbol, Any] = dict(bindings)
         env.update(_grid(ranges, ivars, rank, 0))
         env.update(_grid(rranges, rvars, rank, len(ranges)))
-        handler = TorchHandler(buffers, env, tuple(ranges) + tuple(rranges), len(rranges))
-        node.run(handler, ivars, rvars)
+        where = f"{kernel.name}, buffer {node.name}" + (f" (from {', '.join(node.origins)})" if node.origins else "")
+        handler = TorchHandler(buffers, env, tuple(ranges) + tuple(rranges), len(rranges), where)
+        try:
+            node.run(handler, ivars, rvars)
+        except RuntimeError as error:
+            if "ZeroDivisionError" not in str(error) or isinstance(error, KernelRuntimeError):
+                raise
+            raise KernelRuntimeError(f"{where}: ZeroDivisionError (integer division or remainder by "
+                                     "zero)") from error
     return tuple(results[o.name] for o in kernel.outputs)
