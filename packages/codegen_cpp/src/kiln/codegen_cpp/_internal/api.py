@@ -32,7 +32,7 @@ class CppArtifacts:
 
 def generate(kernel_graph: KernelGraph, options: CppOptions | None = None) -> str:
     """The C++ source for every kernel of `kernel_graph` (one translation unit)."""
-    return kernel_graph_source(list(kernel_graph.kernels), options or CppOptions())
+    return kernel_graph_source(list(kernel_graph.kernels), options or CppOptions())[0]
 
 
 def compile(kernel_graph: KernelGraph, options: CppOptions | None = None) -> fx.GraphModule:  # noqa: A001
@@ -43,7 +43,7 @@ def compile(kernel_graph: KernelGraph, options: CppOptions | None = None) -> fx.
     """
     options = options or CppOptions()
     start = time.perf_counter()
-    source = generate(kernel_graph, options)
+    source, checks = kernel_graph_source(list(kernel_graph.kernels), options)
     if not kernel_graph.kernels:
         module = kernel_graph.with_kernels({})
         module.meta["kiln_cpp"] = CppArtifacts(source, None, None, True, 0.0)
@@ -55,10 +55,10 @@ def compile(kernel_graph: KernelGraph, options: CppOptions | None = None) -> fx.
             raise
         log.warning("codegen_cpp: building with libmvec failed; rebuilding without vector math")
         options = dataclasses.replace(options, vector_math=False)
-        source = generate(kernel_graph, options)
+        source, checks = kernel_graph_source(list(kernel_graph.kernels), options)
         library_path, hit = build_library(source, options)
     library = load_library(library_path)
-    compiled = {k.name: CompiledKernel(k, library, options.check_strides) for k in kernel_graph.kernels}
+    compiled = {k.name: CompiledKernel(k, library, options.check_strides, checks[k.name]) for k in kernel_graph.kernels}
     module = kernel_graph.with_kernels(compiled)
     seconds = time.perf_counter() - start
     module.meta["kiln_cpp"] = CppArtifacts(source, library_path.parent / "kernels.cpp", library_path, hit, seconds)

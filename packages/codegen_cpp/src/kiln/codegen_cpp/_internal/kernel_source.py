@@ -9,6 +9,7 @@ are in `reduction_source.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 
 from kiln.loopir import ComputedBuffer, Kernel, OpsHandler, Reduction, index_vars, indirect_var
 
+from .checks import CheckSite
 from .options import CppOptions
 from .printer import cpp_expr
 from .reduction_source import PendingReduction, reduction_lines, start_reduction
@@ -62,9 +64,26 @@ template <typename A, typename B> static inline std::common_type_t<A, B> kiln_po
     }
 }
 // Division and remainder: exact on integers; floor rounding as Python's // and % (and torch).
+// Integer division never traps: a zero divisor gives 0 (the kernel reports it, see
+// kiln_zero_divisor) and division by -1 negates with wraparound (INT_MIN / -1 traps in hardware).
+template <typename T> static inline T kiln_idiv(T a, T b) {
+    if constexpr (std::is_same_v<T, bool>) {
+        return b && a;
+    } else {
+        if (b == T(-1)) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(a));
+        return b == T(0) ? T(0) : T(a / b);
+    }
+}
+template <typename T> static inline T kiln_imod(T a, T b) {
+    if constexpr (std::is_same_v<T, bool>) return false; else return (b == T(0) || b == T(-1)) ? T(0) : T(a % b);
+}
+// Whether dividing a by b is an integer division by zero (floating division gives inf/NaN).
+template <typename A, typename B> static inline bool kiln_zero_divisor(A, B b) {
+    if constexpr (std::is_floating_point_v<std::common_type_t<A, B>>) return false; else return b == B(0);
+}
 template <typename A, typename B> static inline std::common_type_t<A, B> kiln_fmod(A a, B b) {
     using T = std::common_type_t<A, B>;
-    if constexpr (std::is_floating_point_v<T>) return std::fmod(T(a), T(b)); else return T(a) % T(b);
+    if constexpr (std::is_floating_point_v<T>) return std::fmod(T(a), T(b)); else return kiln_imod(T(a), T(b));
 }
 template <typename A, typename B> static inline std::common_type_t<A, B> kiln_remainder(A a, B b) {
     using T = std::common_type_t<A, B>;
@@ -73,7 +92,7 @@ template <typename A, typename B> static inline std::common_type_t<A, B> kiln_re
 }
 template <typename A, typename B> static inline std::common_type_t<A, B> kiln_truncdiv(A a, B b) {
     using T = std::common_type_t<A, B>;
-    if constexpr (std::is_floating_point_v<T>) return std::trunc(T(a) / T(b)); else return T(a) / T(b);
+    if constexpr (std::is_floating_point_v<T>) return std::trunc(T(a) / T(b)); else return kiln_idiv(T(a), T(b));
 }
 template <typename A, typename B> static inline std::common_type_t<A, B> kiln_floordiv(A a_, B b_) {
     using T = std::common_type_t<A, B>;
@@ -88,8 +107,8 @@ template <typename A, typename B> static inline std::common_type_t<A, B> kiln_fl
         T floored = std::floor(div);
         return (div - floored > T(0.5)) ? floored + T(1) : floored;
     } else {
-        T q = a / b;
-        return (a % b != 0 && ((a < 0) != (b < 0))) ? T(q - 1) : q;
+        T q = kiln_idiv(a, b);
+        return (kiln_imod(a, b) != 0 && ((a < 0) != (b < 0))) ? T(q - 1) : q;
     }
 }
 // Shifts by a negative amount or by the width or more give 0 (left) or the sign (right), as torch.
@@ -167,8 +186,6 @@ _BINARY = {
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
     "gt": "({0} > {1})", "ge": "({0} >= {1})", "logical_and": "({0} && {1})", "logical_or": "({0} || {1})",
     "logical_xor": "(bool({0}) != bool({1}))",
-    "floordiv": "kiln_floordiv({0}, {1})", "truncdiv": "kiln_truncdiv({0}, {1})",
-    "remainder": "kiln_remainder({0}, {1})", "fmod": "kiln_fmod({0}, {1})",
     **{name: f"std::{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter", "fmax", "fmin")},
     "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
     "gcd": "std::gcd({0}, {1})", "left_shift": "kiln_shl({0}, {1})", "right_shift": "kiln_shr({0}, {1})",
@@ -193,6 +210,9 @@ class CppHandler(OpsHandler):
         self.produced = {n.name for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
         self.literals: dict[str, tuple[Any, torch.dtype]] = {}  # variable -> constant it holds
+        self.checks: list[CheckSite] = []  # check number k + 1 is checks[k] (see checks.py)
+        self.unsafe_indirect: dict[sympy.Symbol, str] = {}  # index into a maybe-empty dim -> its outside flag
+        self.node: ComputedBuffer | None = None  # the node being emitted, for check messages
         self._count = 0
         self._indirect_count = 0
 
@@ -210,7 +230,13 @@ class CppHandler(OpsHandler):
             return self.locals[name]
         # A row node's buffer is read back from memory by later loops of its own kernel.
         pointer = "out" if name in self.produced else "in"
-        return self._var(f"{pointer}_{name}[{cpp_expr(index)}]")
+        element = f"{pointer}_{name}[{cpp_expr(index)}]"
+        guards = [self.unsafe_indirect[s] for s in sorted(sympy.sympify(index).free_symbols, key=str)
+                  if s in self.unsafe_indirect]
+        if guards:  # an index into a dim that may be empty: no clamped index is in bounds
+            zero = f"std::remove_cv_t<std::remove_reference_t<decltype({element})>>(0)"
+            return self._var(f"({' || '.join(guards)}) ? {zero} : {element}")
+        return self._var(element)
 
     def store(self, name: str, index: sympy.Expr, value: str) -> None:
         self.locals[name] = value
@@ -246,13 +272,50 @@ class CppHandler(OpsHandler):
     def where(self, cond: str, a: str, b: str) -> str:
         return self._var(f"({cond} ? {a} : {b})")
 
+    def _check(self, error: type[Exception], message: str, size: sympy.Expr | None = None) -> int:
+        """Register a run-time check of the node being emitted; returns its number."""
+        node = self.node
+        where = f"buffer {node.name}" + (f" (from {', '.join(node.origins)})" if node.origins else "") if node else ""
+        self.checks.append(CheckSite(error, f"{where}: {message}", size))
+        return len(self.checks)
+
     def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
-        """An index computed at run time, negative values wrapped as torch does (not range-checked)."""
+        """An index computed at run time, negative values wrapped as torch does. One unsigned
+        compare checks it against [0, size); an index outside is reported and replaced by 0."""
         symbol = indirect_var(self._indirect_count)
         self._indirect_count += 1
-        self.lines.append(f"int64_t {symbol} = static_cast<int64_t>({value});")
-        self.lines.append(f"{symbol} = {symbol} < 0 ? {symbol} + {cpp_expr(size)} : {symbol};")
+        code = self._check(IndexError, "an index is out of bounds for a dimension of size {size} "
+                                        "(after wrapping negative indices)", size)
+        bound = cpp_expr(size)
+        outside = f"outside_{symbol}"
+        self.lines += [f"int64_t {symbol} = static_cast<int64_t>({value});",
+                       f"{symbol} = {symbol} < 0 ? {symbol} + {bound} : {symbol};",
+                       f"bool {outside} = static_cast<uint64_t>({symbol}) >= static_cast<uint64_t>({bound});",
+                       f"kiln_fail = std::max<int32_t>(kiln_fail, {outside} ? {code} : 0);",
+                       f"{symbol} = {outside} ? 0 : {symbol};"]
+        if not sympy.sympify(size).is_positive:
+            self.unsafe_indirect[symbol] = outside
         return symbol
+
+    def _division(self, name: str, a: str, b: str) -> str:
+        text = f"kiln_{name}({a}, {b})"
+        if text in self.cache:
+            return self.cache[text]
+        code = self._check(RuntimeError, "ZeroDivisionError (integer division or remainder by zero)")
+        self.lines.append(f"kiln_fail = std::max<int32_t>(kiln_fail, kiln_zero_divisor({a}, {b}) ? {code} : 0);")
+        return self._var(text)
+
+    def floordiv(self, a: str, b: str) -> str:
+        return self._division("floordiv", a, b)
+
+    def truncdiv(self, a: str, b: str) -> str:
+        return self._division("truncdiv", a, b)
+
+    def remainder(self, a: str, b: str) -> str:
+        return self._division("remainder", a, b)
+
+    def fmod(self, a: str, b: str) -> str:
+        return self._division("fmod", a, b)
 
 
 def _op_method(template: str):
@@ -292,6 +355,7 @@ def _single_outer_point(kernel: Kernel) -> bool:
 def _row_lines(handler: CppHandler, node: ComputedBuffer, kernel: Kernel, options: CppOptions) -> list[str]:
     """A row node: its own simd loop over the kernel's row ranges, storing every element."""
     handler.lines = []
+    handler.node = node
     saved_cache, saved_locals = dict(handler.cache), dict(handler.locals)
     node.run(handler, *kernel.placement(node))
     body = handler.lines
@@ -321,6 +385,7 @@ def _node_lines(handler: CppHandler, node: ComputedBuffer, kernel: Kernel, optio
     if kernel.is_row(node):
         return _row_lines(handler, node, kernel, options)
     handler.lines = []
+    handler.node = node
     saved_cache = dict(handler.cache)
     index, rvars = kernel.placement(node)
     node.run(handler, index, rvars)
@@ -333,7 +398,16 @@ def _node_lines(handler: CppHandler, node: ComputedBuffer, kernel: Kernel, optio
     return [comment] + loops + handler.lines
 
 
-def kernel_function(kernel: Kernel, options: CppOptions) -> str:
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelSource:
+    """One kernel's C++ definition and its run-time checks (empty: no `kiln_status` parameter)."""
+
+    name: str
+    text: str
+    checks: tuple[CheckSite, ...]
+
+
+def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     """The C++ definition of one kernel."""
     params = [f"const {c_type(i.dtype)}* __restrict__ in_{i.name}" for i in kernel.inputs]
     params += [f"{c_type(o.dtype)}* __restrict__ out_{o.name}" for o in kernel.outputs]
@@ -345,8 +419,12 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> str:
         body += _node_lines(handler, node, kernel, options, parallel_reduction=_single_outer_point(kernel))
     reads = ", ".join(i.name for i in kernel.inputs) or "nothing"
     writes = ", ".join(o.name for o in kernel.outputs)
+    if handler.checks:
+        params.append("int32_t* __restrict__ kiln_status")
     lines = [f"// {kernel.name}: reads {reads}; writes {writes}",
              f'extern "C" void {kernel.name}({", ".join(params)}) {{']
+    if handler.checks:
+        lines.append(f"    int32_t kiln_fail = 0;  // the failed run-time check (1..{len(handler.checks)}), 0: none")
     depth = 1
     pointwise = not any(isinstance(n.body, Reduction) for n in kernel.nodes)
     for pos, (var, extent) in enumerate(zip(ivars, kernel.ranges)):
@@ -366,8 +444,19 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> str:
     lines += indent(body, depth)
     for d in range(depth - 1, 0, -1):
         lines += indent(["}"], d)
+    if handler.checks:
+        lines = [_with_fail_reduction(line) for line in lines]
+        lines.append("    if (kiln_fail != 0) *kiln_status = kiln_fail;")
     lines.append("}")
-    return "\n".join(lines)
+    return KernelSource(kernel.name, "\n".join(lines), tuple(handler.checks))
+
+
+def _with_fail_reduction(line: str) -> str:
+    """Every OpenMP loop of a checked kernel folds `kiln_fail` with max (threads and simd lanes
+    each keep their own copy)."""
+    if line.lstrip().startswith("#pragma omp ") and (" for" in line or "simd" in line):
+        return line + " reduction(max:kiln_fail)"
+    return line
 
 
 # Declaring the libm functions `omp declare simd` lets vectorized loops call libmvec's
@@ -378,7 +467,9 @@ VECTOR_MATH = ["", "// Vector variants of libm functions, from glibc's libmvec."
     for t, suffix in (("float", "f"), ("double", ""))] + ["}", ""]
 
 
-def kernel_graph_source(kernels: list[Kernel], options: CppOptions) -> str:
-    """One translation unit holding every kernel of a kernel graph."""
+def kernel_graph_source(kernels: list[Kernel], options: CppOptions) -> tuple[str, dict[str, tuple[CheckSite, ...]]]:
+    """One translation unit holding every kernel of a kernel graph, and each kernel's checks."""
     prelude = PRELUDE + ("\n".join(VECTOR_MATH) if options.vector_math else "")
-    return prelude + "\n" + "\n\n".join(kernel_function(k, options) for k in kernels) + "\n"
+    functions = [kernel_function(k, options) for k in kernels]
+    source = prelude + "\n" + "\n\n".join(f.text for f in functions) + "\n"
+    return source, {f.name: f.checks for f in functions}

@@ -11,6 +11,7 @@ import torch
 
 from kiln.loopir import Kernel
 
+from .checks import CheckSite, raise_failed_check
 from .printer import python_expr
 
 
@@ -82,12 +83,15 @@ def _show(values: Sequence[Any]) -> str:
 class CompiledKernel:
     """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, running generated C++."""
 
-    def __init__(self, kernel: Kernel, library: ctypes.CDLL, check_inputs: bool) -> None:
+    def __init__(self, kernel: Kernel, library: ctypes.CDLL, check_inputs: bool,
+                 checks: Sequence[CheckSite] = ()) -> None:
         self.__name__ = kernel.name
         self.kernel = kernel
+        self.checks = tuple(checks)  # run-time checks: the function then takes an int32_t* status
         self._function = getattr(library, kernel.name)
         n_ptrs = len(kernel.inputs) + len(kernel.outputs)
-        self._function.argtypes = [ctypes.c_void_p] * n_ptrs + [ctypes.c_int64] * len(kernel.symbols)
+        status = [ctypes.POINTER(ctypes.c_int32)] if self.checks else []
+        self._function.argtypes = [ctypes.c_void_p] * n_ptrs + [ctypes.c_int64] * len(kernel.symbols) + status
         self._function.restype = None
         self._output_sizes = _size_function(kernel.symbols, [o.size for o in kernel.outputs])
         self._layouts = _InputLayouts(kernel) if check_inputs else None
@@ -102,7 +106,14 @@ class CompiledKernel:
             self._layouts.check(inputs, sizes)
         outputs = tuple(torch.empty(size, dtype=spec.dtype, device="cpu")
                         for size, spec in zip(self._output_sizes(*sizes), self.kernel.outputs))
-        self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs], *sizes)
+        pointers = [t.data_ptr() for t in inputs] + [t.data_ptr() for t in outputs]
+        if not self.checks:
+            self._function(*pointers, *sizes)
+            return outputs
+        status = ctypes.c_int32(0)
+        self._function(*pointers, *sizes, ctypes.byref(status))
+        if status.value:
+            raise_failed_check(self.__name__, self.kernel.symbols, self.checks, status.value, sizes)
         return outputs
 
     def __repr__(self) -> str:
