@@ -36,7 +36,7 @@ def generate(kernel_graph: KernelGraph, options: TritonOptions | None = None) ->
     """The Triton source (one Python module, one `@triton.jit` function per kernel) for
     every kernel of `kernel_graph`. Needs no GPU and does not import triton."""
     del options  # block sizes are launch parameters; nothing in the source depends on options yet
-    return kernel_graph_source(list(kernel_graph.kernels))
+    return kernel_graph_source(list(kernel_graph.kernels))[0]
 
 
 def compile(kernel_graph: KernelGraph, options: TritonOptions | None = None) -> fx.GraphModule:  # noqa: A001
@@ -49,14 +49,14 @@ def compile(kernel_graph: KernelGraph, options: TritonOptions | None = None) -> 
     """
     options = options or TritonOptions()
     start = time.perf_counter()
-    source = generate(kernel_graph, options)
+    source, checks = kernel_graph_source(list(kernel_graph.kernels))
     if not kernel_graph.kernels:
         module = kernel_graph.with_kernels({})
         module.meta[META_KEY] = TritonArtifacts(source, None, True, 0.0)
         return module
     path, hit = write_source(source, options.cache_dir)
     generated = load_module(path)
-    compiled = {k.name: TritonKernel(k, getattr(generated, k.name), options) for k in kernel_graph.kernels}
+    compiled = {k.name: TritonKernel(k, getattr(generated, k.name), options, checks[k.name]) for k in kernel_graph.kernels}
     module = kernel_graph.with_kernels(compiled)
     seconds = time.perf_counter() - start
     module.meta[META_KEY] = TritonArtifacts(source, path, hit, seconds, tuple(compiled))

@@ -182,26 +182,46 @@ def signbit(x):
     return bits < 0
 
 
+# Integer division and remainder by zero do not raise on a GPU (eager CUDA neither): they give 0
+# here, whatever the hardware would; division by -1 negates with wraparound. Both divisors are
+# replaced by 1 before dividing (no undefined operation reaches the hardware or NumPy).
+@triton.jit
+def _safe_divisor(b):
+    return tl.where((b == 0) | (b == -1), 1, b)
+
+
+@triton.jit
+def fmod(a, b):
+    """C's fmod on floats, C's % on integers (Triton's % truncates); integer x % 0 is 0."""
+    if a.dtype.is_floating():
+        return a % b
+    else:
+        return a % _safe_divisor(b)
+
+
 @triton.jit
 def remainder(a, b):
     """Python's %: the result has b's sign (Triton's % truncates, as C's fmod and %)."""
-    r = a % b
+    r = fmod(a, b)
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 
 
 @triton.jit
 def truncdiv(a, b):
-    """a / b rounded toward zero; exact on integers (Triton's integer // truncates)."""
+    """a / b rounded toward zero; exact on integers (Triton's integer // truncates); integer
+    x / 0 is 0."""
     if a.dtype.is_floating():
         return libdevice.trunc(a / b)
     else:
-        return a // b
+        q = a // _safe_divisor(b)
+        q = tl.where(b == -1, 0 - q, q)
+        return tl.where(b == 0, 0, q)
 
 
 @triton.jit
 def floordiv(a, b):
     """Python's //. Floats divide the exact a - fmod(a, b), so the quotient is not rounded
-    across an integer; b == 0 gives a / b (inf or NaN)."""
+    across an integer; b == 0 gives a / b (inf or NaN). Integer x // 0 is 0."""
     if a.dtype.is_floating():
         mod = a % b
         div = (a - mod) / b
@@ -212,8 +232,8 @@ def floordiv(a, b):
         floored = tl.where(div == 0, quotient * 0.0, floored)  # a zero with the quotient's sign
         return tl.where(b == 0, quotient, floored)
     else:
-        q = a // b
-        return tl.where((a % b != 0) & ((a < 0) != (b < 0)), q - 1, q)
+        q = truncdiv(a, b)
+        return tl.where((fmod(a, b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
 
 
 @triton.jit

@@ -55,9 +55,8 @@ _BINARY = {
     "gt": "{0} > {1}", "ge": "{0} >= {1}",
     "logical_and": "({0} != 0) & ({1} != 0)", "logical_or": "({0} != 0) | ({1} != 0)",
     "logical_xor": "({0} != 0) ^ ({1} != 0)",
-    "fmod": "{0} % {1}",  # Triton's % truncates: C's fmod on floats, C's % on integers
     **{name: f"kiln_device.{name}({{0}}, {{1}})" for name in (
-        "floordiv", "truncdiv", "remainder", "fmax", "fmin", "gcd", "left_shift", "right_shift")},
+        "floordiv", "truncdiv", "remainder", "fmod", "fmax", "fmin", "gcd", "left_shift", "right_shift")},
     **{name: f"libdevice.{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter")},
     "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
 }
@@ -103,6 +102,16 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CheckSite:
+    """A run-time check in a kernel: the kernel stores its number (1-based) into `kiln_status`
+    where it fails; `message` may hold ``{size}``, the expression `size` evaluated at the call."""
+
+    error: type[Exception]
+    message: str
+    size: sympy.Expr | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class PendingReduction:
     """A reduction's loop, as the handler leaves it for `kernel_source` to wrap in a loop."""
 
@@ -136,6 +145,8 @@ class TritonHandler(OpsHandler):
         # value of that loop, is masked by where it is used.
         self.loop_masks: tuple[str, ...] = ("xmask",)
         self.indirect_masks: dict[sympy.Symbol, tuple[str, ...]] = {}
+        self.checks: list[CheckSite] = []  # check number k + 1 is checks[k]
+        self.origins: tuple[str, ...] = ()  # of the buffer being emitted, for check messages
         self._count = 0
 
     def _var(self, text: str) -> str:
@@ -154,7 +165,8 @@ class TritonHandler(OpsHandler):
         symbols = sympy.sympify(expr).free_symbols
         names = {s.name[0] for s in symbols if s in self.index_vars}
         masks = {m for s in symbols for m in self.indirect_masks.get(s, ())}
-        return [m for prefix, m in (("i", "xmask"), ("r", "rmask")) if prefix in names or m in masks]
+        loop = [m for prefix, m in (("i", "xmask"), ("r", "rmask")) if prefix in names or m in masks]
+        return loop + sorted(masks - {"xmask", "rmask"})
 
     def _scalar_shape(self) -> str:
         return "[1]" if self.rank == 1 else "[1, 1]"
@@ -234,13 +246,24 @@ class TritonHandler(OpsHandler):
         return self._var(f"tl.where({cond}, {a}, {b})")
 
     def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
-        """An index computed at run time, negative values wrapped as torch does (not range-checked).
-        Loads at it are masked by the masks of the loop it was computed in (its masked-off lanes
-        hold no index)."""
+        """An index computed at run time, negative values wrapped as torch does. Loads at it are
+        masked by the masks of the loop it was computed in (its masked-off lanes hold no index)
+        and by its range check; lanes of that loop where it is outside [0, size) store the
+        check's number into `kiln_status`, which the launcher turns into an IndexError."""
         symbol = indirect_var(len(self.indirect_masks))
-        self.indirect_masks[symbol] = self.loop_masks
-        self.lines.append(f"{symbol} = {value}.to(tl.int64)")
-        self.lines.append(f"{symbol} = tl.where({symbol} < 0, {symbol} + {triton_expr(size)}, {symbol})")
+        where = f"buffer {self.current}" + (f" (from {', '.join(self.origins)})" if self.origins else "")
+        self.checks.append(CheckSite(IndexError, f"{where}: an index is out of bounds for a dimension of size "
+                                                 "{size} (after wrapping negative indices)", sympy.sympify(size)))
+        bound = triton_expr(size)
+        inside = f"inside_{symbol}"
+        self.indirect_masks[symbol] = self.loop_masks + (inside,)
+        failed = f"failed_{symbol}"
+        self.lines += [f"{symbol} = {value}.to(tl.int64)",
+                       f"{symbol} = tl.where({symbol} < 0, {symbol} + {bound}, {symbol})",
+                       # a bool block (`!= 0`) even where the index is a scalar, for the interpreter
+                       f"{failed} = ({' & '.join(self.loop_masks)} & (({symbol} < 0) | ({symbol} >= {bound}))) != 0",
+                       f"tl.store(kiln_status + tl.zeros({failed}.shape, tl.int32), {len(self.checks)}, {failed})",
+                       f"{inside} = {failed} == 0"]
         return symbol
 
     def pow(self, x: str, y: str) -> str:

@@ -22,7 +22,7 @@ import sympy
 
 from kiln.loopir import ComputedBuffer, FloorDiv, Kernel, Reduction, index_vars
 
-from .handler import TritonHandler, tl_dtype
+from .handler import CheckSite, TritonHandler, tl_dtype
 from .options import TritonCodegenError
 from .printer import triton_expr
 
@@ -38,7 +38,7 @@ from kiln.codegen_triton._internal.device_functions import libdevice
 
 RESERVED = frozenset({
     "xnumel", "xoffset", "xindex", "xmask", "rnumel", "roffset", "rindex", "rmask",
-    "XBLOCK", "RBLOCK", "tl", "triton", "kiln_device", "libdevice",
+    "XBLOCK", "RBLOCK", "tl", "triton", "kiln_device", "libdevice", "kiln_status",
 })
 
 
@@ -103,7 +103,7 @@ def _node_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) ->
     if kernel.is_row(node):
         return _row_lines(handler, node, kernel)
     handler.lines = []
-    handler.current = node.name
+    handler.current, handler.origins = node.name, node.origins
     saved_cache = dict(handler.cache)
     index, rindex = kernel.placement(node)
     handler.loop_masks = ("xmask", "rmask") if isinstance(node.body, Reduction) else ("xmask",)
@@ -133,7 +133,7 @@ def _row_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) -> 
     block-wide barrier, which also orders global memory within the block) separates them.
     """
     handler.lines = []
-    handler.current = node.name
+    handler.current, handler.origins = node.name, node.origins
     saved_cache, saved_locals = dict(handler.cache), dict(handler.locals)
     handler.loop_masks = ("xmask", "rmask")
     node.run(handler, *kernel.placement(node))
@@ -157,15 +157,15 @@ def _check_names(kernel: Kernel) -> None:
                                      "the generated kernel defines; rename the symbol")
 
 
-def kernel_function(kernel: Kernel) -> str:
-    """The `@triton.jit` definition of one kernel."""
+def kernel_function(kernel: Kernel) -> tuple[str, tuple[CheckSite, ...]]:
+    """The `@triton.jit` definition of one kernel, and its run-time checks (when there are any,
+    the kernel takes a `kiln_status` pointer after the size symbols)."""
     _check_names(kernel)
     reduction = has_reduction(kernel)
     for spec in (*kernel.inputs, *kernel.outputs):
         tl_dtype(spec.dtype, f"{kernel.name}, buffer {spec.name}")
     params = [f"in_{i.name}" for i in kernel.inputs] + [f"out_{o.name}" for o in kernel.outputs]
-    params += [s.name for s in kernel.symbols] + ["XBLOCK: tl.constexpr"]
-    params += ["RBLOCK: tl.constexpr"] if reduction else []
+    params += [s.name for s in kernel.symbols]
     ivars = index_vars(len(kernel.ranges))
     rvars = {v for node in kernel.nodes for v in index_vars(len(node.reduction_ranges), "r")}
     handler = TritonHandler(kernel, 2 if reduction else 1, frozenset(ivars) | frozenset(rvars))
@@ -177,13 +177,16 @@ def kernel_function(kernel: Kernel) -> str:
     body += _unflatten_lines("xindex", ivars, kernel.ranges)
     for node in kernel.nodes:
         body += _node_lines(handler, node, kernel)
+    params += ["kiln_status"] if handler.checks else []
+    params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if reduction else [])
     signature = ", ".join(params)
     lines = ["@triton.jit", f"def {kernel.name}({signature}):"]
-    return "\n".join(lines + ["    " + line for line in body])
+    return "\n".join(lines + ["    " + line for line in body]), tuple(handler.checks)
 
 
-def kernel_graph_source(kernels: Sequence[Kernel]) -> str:
-    """One Python module holding every kernel of a kernel graph."""
+def kernel_graph_source(kernels: Sequence[Kernel]) -> tuple[str, dict[str, tuple[CheckSite, ...]]]:
+    """One Python module holding every kernel of a kernel graph, and each kernel's checks."""
     functions = [kernel_function(k) for k in kernels]
     log.debug("generated %d Triton kernels", len(functions))
-    return HEADER + "".join("\n\n" + f + "\n" for f in functions)
+    source = HEADER + "".join("\n\n" + text + "\n" for text, _ in functions)
+    return source, {k.name: checks for k, (_, checks) in zip(kernels, functions)}

@@ -62,24 +62,26 @@ class DirectLauncher:
             return device, plan.size_key, aligned
         return device, plan.size_key, aligned, tuple(t.dtype for t in inputs)
 
-    def launch(self, plan: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
+    def launch(self, plan: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
+               status: Sequence[torch.Tensor] = ()) -> None:
+        """`status`: the kernel's `kiln_status` buffer, for kernels with run-time checks."""
         if self._direct and self._runtime is None:
             self._runtime = _runtime()
             self._direct = self._runtime is not None
         if not self._direct:
-            self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, **plan.launch)
+            self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, *status, **plan.launch)
             return
         knobs, current_device, current_stream = self._runtime
         device = current_device()
         key = self._key(device, plan, inputs)
         found = self._launchers.get(key)
         if found is None:
-            self._first_launch(key, plan, inputs, outputs)
+            self._first_launch(key, plan, inputs, outputs, status)
             return
         run, function, metadata, compiled = found
         stream = current_stream(device)
         enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
-        args = (*inputs, *outputs, *plan.sizes, *plan.blocks)
+        args = (*inputs, *outputs, *plan.sizes, *status, *plan.blocks)
         launch_metadata = compiled.launch_metadata(plan.grid, stream, *args) if _hook_active(enter) else None
         if self._proven:
             run(plan.grid[0], 1, 1, stream, function, metadata, launch_metadata, enter, leave, *args)
@@ -90,7 +92,7 @@ class DirectLauncher:
             log.warning("codegen_triton: direct launch of %s failed (%s); launching through "
                         "JITFunction[grid](...) from now on", getattr(self.jit_function, "__name__", "?"), error)
             self._direct = False
-            self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, **plan.launch)
+            self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, *status, **plan.launch)
             return
         self._proven = True
 
@@ -100,8 +102,8 @@ class DirectLauncher:
         return self._direct and self._proven
 
     def _first_launch(self, key: tuple, plan: Any, inputs: Sequence[torch.Tensor],
-                      outputs: Sequence[torch.Tensor]) -> None:
-        compiled = self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, **plan.launch)
+                      outputs: Sequence[torch.Tensor], status: Sequence[torch.Tensor]) -> None:
+        compiled = self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, *status, **plan.launch)
         try:
             self._launchers[key] = (compiled.run, compiled.function, compiled.packed_metadata, compiled)
         except AttributeError:

@@ -20,6 +20,7 @@ import torch
 
 from kiln.loopir import Kernel, Reduction, index_vars
 
+from .handler import CheckSite
 from .kernel_source import has_reduction
 from .launch import DirectLauncher
 from .options import TritonCodegenError, TritonOptions
@@ -88,9 +89,11 @@ class _Plan:
 class TritonKernel:
     """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, launching a generated Triton kernel."""
 
-    def __init__(self, kernel: Kernel, jit_function: Any, options: TritonOptions) -> None:
+    def __init__(self, kernel: Kernel, jit_function: Any, options: TritonOptions,
+                 checks: Sequence[CheckSite] = ()) -> None:
         self.__name__ = kernel.name
         self.kernel = kernel
+        self.checks = tuple(checks)  # run-time checks: the kernel then takes a `kiln_status` buffer
         self.jit_function = jit_function
         self.options = options
         self.reduction = has_reduction(kernel)
@@ -119,11 +122,24 @@ class TritonKernel:
                         for size, stride, dtype in plan.out_layouts)
         if plan.empty:
             return outputs
+        status = (torch.zeros(1, dtype=torch.int32, device=device),) if self.checks else ()
         if self._launcher is None:
-            self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, **plan.launch)
+            self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, *status, **plan.launch)
         else:
-            self._launcher.launch(plan, inputs, outputs)
+            self._launcher.launch(plan, inputs, outputs, status)
+        if status:
+            self._raise_failed_check(int(status[0].item()), plan.sizes)  # .item() waits for the kernel
         return outputs
+
+    def _raise_failed_check(self, number: int, sizes: Sequence[int]) -> None:
+        """Raise the error of run-time check `number` (1-based; 0: every check passed)."""
+        if number == 0:
+            return
+        site = self.checks[number - 1]
+        size = None
+        if site.size is not None:
+            size = _host_function(self.kernel, [[site.size]])(*sizes)[0][0]
+        raise site.error(f"{self.__name__}: {site.message.format(size=size)}")
 
     def _new_plan(self, size_args: tuple) -> _Plan:
         sizes = tuple(int(s) for s in size_args)

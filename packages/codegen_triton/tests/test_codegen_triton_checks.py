@@ -1,0 +1,87 @@
+"""Run-time checks in generated Triton: an out-of-range indirect index raises IndexError after
+the launch (loads at it are masked, nothing is read out of bounds); integer division or
+remainder by zero does not raise (as eager on CUDA) and gives 0."""
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.codegen_triton import TritonOptions, compile, generate
+from kiln.loopir import lower
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
+
+INDEXING = {
+    "index": lambda x, i: x[i] * 2,
+    "index_select": lambda x, i: torch.index_select(x, 0, i),
+    "gather": lambda x, i: torch.gather(x, 0, i.view(-1, 1).expand(-1, 3)),
+    "gather_sum": lambda x, i: torch.gather(x, 0, i.view(-1, 1).expand(-1, 3)).sum(0),
+    "scalar_index": lambda x, i: x[i[:1]],
+}
+
+
+@pytest.fixture(scope="module")
+def options(tmp_path_factory):
+    return TritonOptions(cache_dir=tmp_path_factory.mktemp("triton_cache"), xblock=4)
+
+
+def build(fn, *args, options):
+    return compile(lower(make_fx(fn, tracing_mode="fake")(*args)), options)
+
+
+@pytest.mark.parametrize("name", INDEXING)
+@pytest.mark.parametrize("bad", [5, 1 << 40, -6, -(1 << 40)])
+def test_out_of_range_index_raises(name, bad, options):
+    x, fn = torch.randn(5, 3), INDEXING[name]
+    # valid negative indices wrap as in eager (index_select and gather refuse them in eager)
+    good = torch.tensor([-1, 0, -5, 2, 4]) if name in ("index", "scalar_index") else torch.tensor([0, 4, 4, 2, 1])
+    module = build(fn, x, good, options=options)
+    torch.testing.assert_close(module(x, good), fn(x, good))
+    bad_index = torch.tensor([bad, 1, 2, bad, 3]) if name == "scalar_index" else torch.tensor([0, 1, 2, bad, 3])
+    with pytest.raises((IndexError, RuntimeError)):
+        fn(x, bad_index)  # eager refuses it too
+    with pytest.raises(IndexError, match=r"kernel0: buffer buf\d+ \(from \w+\): an index is out of bounds for "
+                                         r"a dimension of size 5"):
+        module(x, bad_index)
+    torch.testing.assert_close(module(x, good), fn(x, good))  # a fresh status buffer per call
+
+
+def test_index_into_an_empty_dim_raises(options):
+    module = build(INDEXING["index"], torch.randn(0, 3), torch.tensor([0]), options=options)
+    with pytest.raises(IndexError, match="dimension of size 0"):
+        module(torch.randn(0, 3), torch.tensor([-1]))
+
+
+def test_only_kernels_with_indirect_indices_take_a_status_buffer():
+    source = generate(lower(make_fx(INDEXING["index"])(torch.randn(5, 3), torch.tensor([1]))))
+    assert "def kernel0(in_i_1, in_x_1, out_buf0, kiln_status, XBLOCK: tl.constexpr)" in source
+    assert "tl.load(in_x_1 + (i1 + 3*ind0), xmask & inside_ind0)" in source  # masked by the range check
+    assert "kiln_status" not in generate(lower(make_fx(lambda x: x * 2)(torch.randn(3))))
+
+
+DIVISIONS = {
+    "floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "remainder": torch.remainder,
+    "fmod": torch.fmod,
+}
+
+
+@pytest.mark.parametrize("name", DIVISIONS)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_division_by_zero_gives_zero(name, dtype, options):
+    fn = DIVISIONS[name]
+    a, b = torch.arange(-20, 20, dtype=dtype), torch.arange(40, dtype=dtype) % 7 - 3
+    got = build(fn, a, b, options=options)(a, b)
+    safe = torch.where(b == 0, torch.ones_like(b), b)
+    torch.testing.assert_close(got, torch.where(b == 0, torch.zeros_like(a), fn(a, safe)))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_smallest_integer_divided_by_minus_one_wraps(dtype, options):
+    smallest = torch.iinfo(dtype).min
+    a, b = torch.tensor([smallest, 7, smallest], dtype=dtype), torch.tensor([-1, -1, 3], dtype=dtype)
+    got = build(DIVISIONS["trunc"], a, b, options=options)(a, b)
+    torch.testing.assert_close(got, torch.tensor([smallest, -7, -(-smallest // 3)], dtype=dtype))
+    for name in ("floor", "remainder", "fmod"):
+        torch.testing.assert_close(build(DIVISIONS[name], a, b, options=options)(a, b), DIVISIONS[name](a, b))
