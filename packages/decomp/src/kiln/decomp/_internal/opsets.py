@@ -114,7 +114,7 @@ EXTERN_GROUPS: dict[str, tuple[str, ...]] = {
         "randint_like", "randint_like.low_dtype", "bernoulli.p", "bernoulli.default",
         "normal.Tensor_float", "normal.float_Tensor", "normal.Tensor_Tensor",
         "normal.float_float", "normal_functional", "uniform", "exponential", "cauchy",
-        "geometric", "log_normal", "multinomial", "randperm", "rrelu_with_noise",
+        "geometric", "log_normal", "multinomial", "randperm",
         "rrelu_with_noise_functional",
     ),
     "data_dependent": (
