@@ -82,6 +82,7 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """eager vs Inductor vs kiln: median run times and compile times, as a table."""
     _install_all(session)
+    _install(session, "transformers")
     session.run("python", str(ROOT / "tools" / "bench.py"), *session.posargs)
 
 

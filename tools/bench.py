@@ -12,7 +12,15 @@ import sys
 import tempfile
 
 import torch
-from workloads import CountingBackend, compile_and_time, max_error, median_seconds, table, workloads
+from workloads import (
+    CountingBackend,
+    compile_and_time,
+    max_error,
+    median_seconds,
+    model_workloads,
+    table,
+    workloads,
+)
 
 from kiln.integration import backend as kiln_backend
 
@@ -39,12 +47,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--suite", default="all", choices=["micro", "models", "all"],
+                        help="micro: small graphs; models: Hugging Face BERT/GPT-2/Llama from configs")
     options = parser.parse_args()
     where = torch.cuda.get_device_name() if options.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(f"torch {torch.__version__}, {where}")
     rows = []
     with torch.no_grad():
-        for name, fn, args in workloads(options.device):
+        chosen = []
+        if options.suite in ("micro", "all"):
+            chosen += workloads(options.device)
+        if options.suite in ("models", "all"):
+            chosen += model_workloads(options.device)
+        for name, fn, args in chosen:
             rows.append(bench_one(name, fn, args, options.repeat, options.device))
             print(f"done: {name}", file=sys.stderr)
     print(table(["workload", "eager ms", "inductor ms", "kiln ms", "kiln vs eager", "kiln vs inductor",

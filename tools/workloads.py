@@ -48,6 +48,43 @@ def workloads(device: str = "cpu") -> list[tuple[str, Callable[..., Any], tuple[
     ]
 
 
+class LastHidden(torch.nn.Module):
+    """A Hugging Face model returning only its last hidden state (a tensor, easy to compare)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(ids).last_hidden_state
+
+
+def model_workloads(device: str = "cpu") -> list[tuple[str, Callable[..., Any], tuple[torch.Tensor, ...]]]:
+    """Hugging Face encoders/decoders built from configs (random weights, nothing downloaded)."""
+    import transformers
+
+    width, layers, heads = (256, 4, 4) if device == "cpu" else (768, 6, 12)
+    batch, seq = (4, 128) if device == "cpu" else (8, 512)
+    vocab = 8192
+    configs = {
+        "bert": transformers.BertConfig(hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
+                                        intermediate_size=4 * width, vocab_size=vocab),
+        "gpt2": transformers.GPT2Config(n_embd=width, n_layer=layers, n_head=heads, vocab_size=vocab,
+                                        bos_token_id=0, eos_token_id=0),
+        "llama": transformers.LlamaConfig(hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
+                                          num_key_value_heads=heads // 2, intermediate_size=4 * width,
+                                          vocab_size=vocab),
+    }
+    classes = {"bert": transformers.BertModel, "gpt2": transformers.GPT2Model, "llama": transformers.LlamaModel}
+    result = []
+    for family, config in configs.items():
+        torch.manual_seed(0)
+        model = LastHidden(classes[family](config)).eval().to(device)
+        ids = torch.randint(0, vocab, (batch, seq), device=device)
+        result.append((f"{family} {layers}L d{width} {batch}x{seq}", model, (ids,)))
+    return result
+
+
 def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()

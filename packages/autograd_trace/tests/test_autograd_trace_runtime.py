@@ -168,6 +168,33 @@ def test_outputs_that_alias_inputs_are_real_views() -> None:
     torch.testing.assert_close(x.grad, expected)
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_input_views_at_data_dependent_offsets_take_their_geometry_from_the_forward(
+    strategy: str,
+) -> None:
+    def f(x, start):
+        return x.narrow(0, start, 2), x.sum()
+
+    x = leaf(5, 3)
+    compiled = aot_compile(f, [x, torch.tensor(2)], eager, partitioner=strategy)
+    view = compiled.joint.outputs[0]
+    assert view.source == "input_view" and view.view is None and view.geometry is not None
+    for start in (1, 3, -2):
+        x.grad = None
+        narrowed, total = compiled(x, torch.tensor(start))
+        assert narrowed._base is x
+        torch.testing.assert_close(narrowed, x.narrow(0, start, 2))
+        ((narrowed * narrowed).sum() + total).backward()
+        expected = torch.ones(5, 3)
+        expected.narrow(0, start, 2).add_(2 * x.detach().narrow(0, start, 2))
+        torch.testing.assert_close(x.grad, expected)
+    with torch.no_grad():
+        y = torch.zeros(5, 3)
+        narrowed, _ = compiled(y, torch.tensor(1))
+        narrowed.fill_(7.0)  # a real view: the write reaches the input
+    assert y[1:3].eq(7).all() and y[0].eq(0).all() and y[3:].eq(0).all()
+
+
 def test_outputs_that_alias_each_other() -> None:
     def f(x):
         h = x.exp()

@@ -39,23 +39,14 @@ DTYPE = torch.float64
 PASS_RATE = 0.97
 
 # op name (OpInfo ``name`` plus ``.variant`` when set) -> why aot_compile cannot match eager.
-_UNBACKED_OUTPUT = (
-    "output size decided by the data (unbacked SymInt): the tangent traced for it cannot be "
-    "matched to the size the re-traced forward produces"
-)
-_ITEM_INPUT = "reads a size/index from a tensor input (.item()): data-dependent, unbacked SymInt"
 _VALUE_BRANCH = "its Python implementation branches on tensor values, which fake tensors lack"
 _NO_FAKE_KERNEL = (
     "no FakeTensor kernel: output shape depends on the data (DynamicOutputShapeException)"
 )
 _SPARSE = "sparse CSR inputs: kiln.autograd_trace traces strided tensors only"
 XFAILS: dict[str, str] = {
-    "combinations": _UNBACKED_OUTPUT,
-    "masked_select": _UNBACKED_OUTPUT,
-    "__getitem__": _UNBACKED_OUTPUT + " (boolean-mask indexing)",
-    "repeat_interleave": _UNBACKED_OUTPUT + " (tensor repeats)",
-    "narrow": _ITEM_INPUT,
-    "tensor_split": _ITEM_INPUT,
+    "tensor_split": "a 0-dim tensor gives the number of sections: how many outputs there are "
+    "depends on data",
     "corrcoef": _VALUE_BRANCH + " (aten.equal)",
     "cov": _VALUE_BRANCH + " (aten.equal)",
     "nn.functional.gaussian_nll_loss": _VALUE_BRANCH + " (checks var >= 0)",

@@ -10,6 +10,7 @@ inputs, so they stay real views with the right autograd history.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -59,7 +60,9 @@ class OutputInfo:
 
     ``source`` is ``"forward"`` (``index`` into the forward graph's outputs), ``"input"`` or
     ``"input_view"`` (``index`` of the primal; ``view`` is ``(size, stride, storage_offset)``,
-    entries may be SymInts) or ``"output"`` (``index`` of an earlier user output, same tensor).
+    entries may be SymInts; when they depend on data (``narrow`` at a tensor start), ``view``
+    is None and ``geometry = (start, rank)`` says where in the forward graph's outputs the
+    ``rank`` sizes, ``rank`` strides and the offset are) or ``"output"`` (``index`` of an earlier user output, same tensor).
     ``aliases`` lists earlier user outputs sharing storage with a forward output.
     """
 
@@ -68,6 +71,7 @@ class OutputInfo:
     requires_grad: bool
     view: tuple[tuple[object, ...], tuple[object, ...], object] | None = None
     aliases: tuple[int, ...] = ()
+    geometry: tuple[int, int] | None = None
 
     def __str__(self) -> str:
         alias = f" (shares storage with outputs {list(self.aliases)})" if self.aliases else ""
@@ -83,6 +87,9 @@ class ForwardAnalysis:
     outputs: tuple[OutputInfo, ...]
     out_spec: pytree.TreeSpec
     forward_sources: tuple[int, ...]  # user-output index of each non-mutation forward output
+    # user-output index of each data-dependent input view whose sizes, strides and offset
+    # the forward graph returns (as ints, after the tensors)
+    geometry_sources: tuple[int, ...]
     forward_requires_grad: tuple[bool, ...]  # per forward output (mutations first)
     forward_examples: tuple[object, ...]  # fake value of each forward output
 
@@ -109,6 +116,7 @@ def analyze_forward(
         torch.enable_grad(),
         DeclareHiddenMutations(),
         recorder,
+        _discarding_unbacked_symbols(fake_mode),
     ):
         result = _call(target, work[:num_user], work[num_user:])
     flat, spec = pytree.tree_flatten(result)
@@ -116,12 +124,17 @@ def analyze_forward(
     _reject_aliased_mutated_inputs(inputs, primals)
     mutated = [i for i, info in enumerate(inputs) if info.mutated]
     outputs, forward_sources = _output_infos(flat, work, num_forward_offset=len(mutated))
+    outputs, geometry_sources = _data_dependent_views(
+        outputs, primals, num_forward=len(mutated) + len(forward_sources)
+    )
     examples = [work[i] for i in mutated] + [flat[k] for k in forward_sources]
+    examples += [g for k in geometry_sources for g in view_geometry(flat[k])]
     analysis = ForwardAnalysis(
         inputs=tuple(inputs),
         outputs=tuple(outputs),
         out_spec=spec,
         forward_sources=tuple(forward_sources),
+        geometry_sources=tuple(geometry_sources),
         forward_requires_grad=tuple(_requires_grad(v) for v in examples),
         forward_examples=tuple(examples),
     )
@@ -131,6 +144,18 @@ def analyze_forward(
         [str(o) for o in outputs],
     )
     return analysis
+
+
+def _discarding_unbacked_symbols(fake_mode: FakeTensorMode) -> contextlib.AbstractContextManager:
+    """Data-dependent sizes (``.item()``, ``nonzero``) of this analysis run are not bound.
+
+    The run has no tracer to record them; left pending, the later traces would find
+    symbols that none of their graph nodes produce (``PendingUnbackedSymbolNotFound``).
+    """
+    shape_env = fake_mode.shape_env
+    if shape_env is None:
+        return contextlib.nullcontext()
+    return shape_env.ignore_fresh_unbacked_symbols()
 
 
 def _call(target: TraceTarget, inputs: Sequence[object], lifted: Sequence[object]) -> object:
@@ -265,6 +290,49 @@ def _output_infos(
             forward_sources.append(k)
         outputs.append(info)
     return outputs, forward_sources
+
+
+def view_geometry(view: torch.Tensor) -> list[object]:
+    """Sizes, strides and storage offset of a view, flat (``2 * rank + 1`` values)."""
+    return [*view.shape, *view.stride(), view.storage_offset()]
+
+
+def _data_dependent_views(
+    outputs: list[OutputInfo], primals: Sequence[object], num_forward: int
+) -> tuple[list[OutputInfo], list[int]]:
+    """Input views whose geometry no input size determines get it from the forward graph."""
+    bound = _input_symbols(primals)
+    result: list[OutputInfo] = []
+    geometry_sources: list[int] = []
+    for k, info in enumerate(outputs):
+        if info.source == FROM_INPUT_VIEW and not _free_symbols(info.view) <= bound:
+            rank = len(info.view[0])
+            start = num_forward + sum(2 * len(outputs[j].view[0]) + 1 for j in geometry_sources)
+            info = dataclasses.replace(info, view=None, geometry=(start, rank))
+            geometry_sources.append(k)
+        result.append(info)
+    return result, geometry_sources
+
+
+def _free_symbols(values: object) -> set[object]:
+    found: set[object] = set()
+    for value in pytree.tree_leaves(values):
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            found |= value.node.expr.free_symbols
+    return found
+
+
+def _input_symbols(primals: Sequence[object]) -> set[object]:
+    """The symbols the runtime can bind from the inputs (plain symbols of their geometry)."""
+    found: set[object] = set()
+    for value in primals:
+        parts = _layout(value) if isinstance(value, torch.Tensor) else (value,)
+        for leaf in pytree.tree_leaves(parts):
+            if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                expr = leaf.node.expr
+                if getattr(expr, "is_Symbol", False):
+                    found.add(expr)
+    return found
 
 
 def _alias_of_input(value: object, work: Sequence[object]) -> OutputInfo | None:

@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .analysis import ForwardAnalysis, InputInfo, OutputInfo, analyze_forward
+from .analysis import ForwardAnalysis, InputInfo, OutputInfo, analyze_forward, view_geometry
 from .errors import TraceError
 from .fake_inputs import detach_fake, fake_mode_for, fakeify_inputs
 from .joint_cleanup import clean_functional_joint
@@ -223,6 +223,7 @@ def _trace_with_autograd(
             result = pytree.tree_flatten(target.call(work[:num_user], work[num_user:]))[0]
             forward = [work[i] for i in analysis.mutated_inputs]
             forward += [result[k] for k in analysis.forward_sources]
+            forward += [g for k in analysis.geometry_sources for g in view_geometry(result[k])]
             grads = _input_grads(forward, analysis, [leaves[i] for i in wrt], cotangents)
         return (*forward, *grads)
 

@@ -190,6 +190,14 @@ class _Runtime:
                 outputs.append(flat[info.index])
             elif info.source == FROM_OUTPUT:
                 outputs.append(outputs[info.index])
+            elif info.source == FROM_INPUT_VIEW and info.geometry is not None:
+                start, rank = info.geometry
+                geometry = [int(v) for v in forward_values[start : start + 2 * rank + 1]]
+                outputs.append(
+                    flat[info.index].as_strided(
+                        geometry[:rank], geometry[rank : 2 * rank], geometry[-1]
+                    )
+                )
             elif info.source == FROM_INPUT_VIEW:
                 size, stride, offset = info.view
                 if bindings is None and has_symbols([*size, *stride, offset]):
