@@ -233,6 +233,16 @@ def test_gelu_and_layer_norm_decompose_into_generated_code(approximate):
     assert counting.calls == 1
 
 
+def test_softmax_on_cpu_keeps_its_exp_row_in_a_scratch_row():
+    x = torch.randn(64, 256)
+    report = explain(lambda x: torch.softmax(x, -1), x)
+    assert report.kernel_count == 1 and "(row loop, scratch row)" in report.source
+    counting = Counting()
+    torch.testing.assert_close(torch.compile(lambda x: torch.softmax(x, -1), backend=counting)(x),
+                               torch.softmax(x, -1))
+    assert counting.calls == 1
+
+
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
 def test_hugging_face_models_from_configs(family):
     import transformers  # a test dependency of kiln (kiln[test])

@@ -130,3 +130,44 @@ def test_layer_norm_rows_with_dynamic_shapes(cpp_parallel):
 def test_one_dimensional_softmax_row_loop_is_parallel(cpp_parallel):
     compiled = cpp_parallel.check(_softmax, torch.randn(1000))
     assert "#pragma omp parallel for simd" in compiled.source
+
+
+def test_row_temporaries_live_in_a_scratch_row_per_thread(cpp, cpp_parallel):
+    x = torch.randn(37, 129)
+    x[3, 5] = float("nan")
+    x[4] = float("-inf")
+    for builder in (cpp, cpp_parallel, cpp.with_options(openmp=False)):
+        compiled = builder.check(_softmax, x, row_temporaries=True)
+        (kernel,) = compiled.kernel_graph.kernels
+        (temporary,) = kernel.row_temporaries
+        assert len(kernel.outputs) == 1 and f"out_{temporary.name}" not in compiled.source
+        assert compiled.source.count("(row loop, scratch row)") == 1
+        assert f"row_{temporary.name}_storage" in compiled.source
+    # parallel outer loop: each thread declares its scratch rows inside the parallel region
+    assert "#pragma omp parallel if(" in compiled_source(cpp_parallel, _softmax, x)
+
+
+def compiled_source(builder, fn, *args):
+    return builder.build(fn, *args, row_temporaries=True).source
+
+
+def test_row_temporaries_with_dynamic_shapes_and_several_row_dims(cpp_parallel):
+    args = (torch.randn(6, 33), torch.randn(33), torch.randn(33))
+    calls = [(torch.randn(9, 17), torch.randn(17), torch.randn(17))]
+    compiled = cpp_parallel.check(_layer_norm, *args, tracing_mode="symbolic", calls=calls, row_temporaries=True,
+                                  atol=1e-5, rtol=1e-5)
+    (kernel,) = compiled.kernel_graph.kernels
+    assert kernel.row_temporaries and len(kernel.outputs) == 1
+
+    def softmax_2d(x):  # rows of [4, 5]: a two-variable scratch row
+        e = (x - x.amax((1, 2), keepdim=True)).exp()
+        return e / e.sum((1, 2), keepdim=True)
+
+    compiled = cpp_parallel.check(softmax_2d, torch.randn(3, 4, 5), row_temporaries=True)
+    (kernel,) = compiled.kernel_graph.kernels
+    assert len(kernel.row_ranges) == 2 and kernel.row_temporaries
+
+
+def test_one_dimensional_softmax_shares_one_scratch_row_between_threads(cpp_parallel):
+    compiled = cpp_parallel.check(_softmax, torch.randn(1000), row_temporaries=True)
+    assert "#pragma omp parallel for simd" in compiled.source and "#pragma omp parallel if(" not in compiled.source

@@ -14,11 +14,11 @@ from kiln.loopir import KernelGraph, lower, verify
 
 def lower_and_check(fn: Callable[..., Any], *args: Any, tracing_mode: str = "real",
                     run_args: tuple[Any, ...] | None = None, fuse_rows: bool = True,
-                    **tolerances: Any) -> KernelGraph:
+                    row_temporaries: bool = False, **tolerances: Any) -> KernelGraph:
     """Trace `fn` on `args`, lower it, verify the kernel graph and compare it with eager on
     `run_args` (default: `args`). Dtypes must match exactly; NaNs must be in the same places."""
     gm = make_fx(fn, tracing_mode=tracing_mode)(*args)
-    kg = lower(gm, fuse_rows=fuse_rows)
+    kg = lower(gm, fuse_rows=fuse_rows, row_temporaries=row_temporaries)
     verify(kg)
     run_args = args if run_args is None else run_args
     torch.testing.assert_close(kg(*run_args), fn(*run_args), equal_nan=True, **tolerances)

@@ -110,6 +110,25 @@ def test_softmax_is_one_kernel_of_rows(check):
     assert {o.name for o in kernel.outputs} == {kernel.nodes[1].name, kernel.nodes[3].name}
 
 
+def test_row_temporaries_are_not_outputs(check):
+    x = torch.randn(5, 7)
+    x[1, 2] = float("nan")
+    x[2] = float("-inf")
+    kg = check(_softmax, x, row_temporaries=True)
+    (kernel,) = kg.kernels
+    exp, result = kernel.nodes[1], kernel.nodes[3]
+    assert kernel.row_temporaries == (exp,)
+    assert [o.name for o in kernel.outputs] == [result.name] and exp in kernel.temporaries
+    # a row node that is a graph output stays an output
+    def softmax_and_exp(x):
+        e = (x - x.amax(-1, keepdim=True)).exp()
+        return e / e.sum(-1, keepdim=True), e
+
+    kg = check(softmax_and_exp, x, row_temporaries=True)
+    (kernel,) = kg.kernels
+    assert not kernel.row_temporaries and len(kernel.outputs) == 2
+
+
 def test_reduction_over_a_middle_dim_does_not_take_rows(check):
     kg = check(lambda x: x - x.sum(1, keepdim=True), torch.randn(3, 4, 5))
     assert len(kg.kernels) == 2

@@ -28,6 +28,8 @@ from .report import FallbackNode, GraphReport
 log = logging.getLogger(__name__)
 
 LOOPIR_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
+# Codegens that keep row temporaries themselves (codegen_cpp: a scratch row per thread).
+ROW_TEMPORARIES = frozenset({"cpu"})
 
 
 class _Stages:
@@ -172,8 +174,10 @@ def _compile_regions(parted: fx.GraphModule, codegen: codegens.Codegen, dump: De
         ops = tuple(str(n.target) for n in region.graph.nodes if n.op == "call_function")
         try:
             with stages.stage(f"{prefix}loopir:{name}"):
-                # Row fusion needs codegens that emit row loops (kiln's own two do).
-                kernel_graph = loopir.lower(region, fuse_rows=codegen.name in ("cpu", "cuda"))
+                # Row fusion needs codegens that emit row loops (kiln's own two do); row
+                # temporaries, codegens that keep rows no other kernel reads themselves.
+                kernel_graph = loopir.lower(region, fuse_rows=codegen.name in ("cpu", "cuda"),
+                                            row_temporaries=codegen.name in ROW_TEMPORARIES)
                 if check:
                     loopir.verify(kernel_graph)
                 dump.write(f"{prefix}{name}_kernel_graph", kernel_graph.__str__)

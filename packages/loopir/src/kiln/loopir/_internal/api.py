@@ -15,15 +15,20 @@ from .verify import verify
 log = logging.getLogger(__name__)
 
 
-def lower(gm: fx.GraphModule, *, lowerings: Lowerings | None = None, fuse_rows: bool = True) -> KernelGraph:
+def lower(gm: fx.GraphModule, *, lowerings: Lowerings | None = None, fuse_rows: bool = True,
+          row_temporaries: bool = False) -> KernelGraph:
     """Lower a functional ATen graph (every node with meta["val"]) to a scheduled `KernelGraph`.
 
     `fuse_rows`: fuse pointwise work over a reduction's rows into the reduction's kernel as row
     nodes (`Kernel.is_row`); a codegen that cannot emit row loops passes False.
+    `row_temporaries`: row nodes that no other kernel reads stay out of their kernel's outputs
+    (`Kernel.row_temporaries`), for codegens that keep them themselves (codegen_cpp: a row
+    scratch buffer per thread; codegen_triton: recomputed where they are loaded). Without it
+    every row node's buffer is a kernel output, written to memory.
     Raises `LoweringError` naming the node (and its source line) that cannot be lowered.
     """
     lowered = lower_graph(gm, lowerings)
-    plan = schedule(lowered, fuse_rows=fuse_rows)
+    plan = schedule(lowered, fuse_rows=fuse_rows, row_temporaries=row_temporaries)
     kg = build_kernel_graph(gm, lowered, plan)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),
               len(kg.kernels), len(kg.externs))

@@ -182,8 +182,9 @@ class Kernel:
         return ()
 
     def is_row(self, node: ComputedBuffer) -> bool:
-        """A pointwise node run in its own loop over `row_ranges` inside each outer point; its
-        buffer is always written to memory (later loops of the kernel read it from there)."""
+        """A pointwise node run in its own loop over `row_ranges` inside each outer point. Later
+        loops of the kernel read it where it was stored: from memory when it is an output,
+        otherwise as the codegen keeps it (see `row_temporaries`)."""
         return not same_exprs(node.ranges, self.ranges) and is_row_of(node, self.ranges, self.row_ranges)
 
     def placement(self, node: ComputedBuffer) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
@@ -195,6 +196,14 @@ class Kernel:
         handler = ReadsWrites()
         node.run(handler, *self.placement(node))
         return handler
+
+    @property
+    def row_temporaries(self) -> tuple[ComputedBuffer, ...]:
+        """Row nodes that are not outputs (`lower(..., row_temporaries=True)`): no other kernel
+        reads them; their values live for one outer point, and the kernel's later loops read
+        them at the (outer, row) point where they were stored."""
+        out = {o.name for o in self.outputs}
+        return tuple(n for n in self.nodes if n.name not in out and self.is_row(n))
 
     @property
     def temporaries(self) -> tuple[ComputedBuffer, ...]:

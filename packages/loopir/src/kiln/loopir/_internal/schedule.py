@@ -81,12 +81,13 @@ def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool) -> tup
     return None, row
 
 
-def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True) -> Schedule:
+def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: bool = False) -> Schedule:
     """Fuse the steps of `lowered` into kernels, keeping program order valid.
 
     `fuse_rows`: let pointwise work over the rows a kernel's reduction runs over join it as
     row nodes (one pass per row for softmax / layer norm); codegens that cannot emit row
-    loops ask for False.
+    loops ask for False. `row_temporaries`: a row node no other kernel reads is not a kernel
+    output (`Kernel.row_temporaries`); without it, every row node's buffer is written out.
 
     Steps whose results are never used (dead code in the ATen graph) are dropped first.
     """
@@ -117,7 +118,8 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True) -> Schedule:
     ordered = _dependency_order(items)
     specs = _buffer_specs(lowered)
     used_outside = _used_outside(ordered, lowered)
-    result = tuple(_make_kernel(item.name, item.members, specs, used_outside | item.rows)
+    result = tuple(_make_kernel(item.name, item.members, specs,
+                                used_outside if row_temporaries else used_outside | item.rows)
                    if isinstance(item, _Group) else item for item in ordered)
     return Schedule(result, tuple(decisions))
 

@@ -65,15 +65,11 @@ def verify_kernel(kernel: Kernel) -> None:
     inputs = {i.name for i in kernel.inputs}
     stored: dict[str, sympy.Expr] = {}
     exprs: list[sympy.Expr] = []
-    outputs = {o.name for o in kernel.outputs}
     for node in kernel.nodes:
         row = kernel.is_row(node)
         if not row and not same_exprs(node.ranges, kernel.ranges):
             raise KernelGraphError(f"{kernel.name}: {node.name} iterates {list(node.ranges)}, kernel iterates "
                                    f"{list(kernel.ranges)} (rows: {list(kernel.row_ranges)})")
-        if row and node.name not in outputs:
-            raise KernelGraphError(f"{kernel.name}: row node {node.name} must be written to memory (an output): "
-                                   "later loops of the kernel read it from there")
         rw = kernel.accesses(node)
         for access in rw.reads:
             _check_read(kernel, node.name, access, inputs, stored)
