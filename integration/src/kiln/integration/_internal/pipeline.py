@@ -22,6 +22,7 @@ from kiln import autograd_trace, capture, codegen_cpp, codegen_triton, decomp, l
 
 from . import codegens
 from .debug import DebugDump
+from .flatten import inline_regions
 from .options import KilnOptions
 from .report import FallbackNode, GraphReport
 
@@ -142,7 +143,7 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.C
             partition.verify(parted)
     results = _compile_regions(parted, codegen, dump, stages, check, options.fallback, prefix)
     results.fallbacks += _outside_nodes(parted)
-    return parted, results
+    return inline_regions(parted), results
 
 
 class _RegionResults:

@@ -48,8 +48,20 @@ class _InputLayouts:
         params = list(kernel.symbols) + list(extra)
         self.sizes = _size_function(params, [spec.size for spec in kernel.inputs])
         self.strides = _size_function(params, [spec.stride for spec in kernel.inputs])
+        # Without size symbols every expected size and stride is known now: the per-call check
+        # first compares whole tuples (fast); only a mismatch takes the detailed path, which
+        # also accepts any stride on dims of size 1 and raises the precise error.
+        self.exact: tuple[tuple[torch.dtype, torch.Size, tuple[int, ...]], ...] | None = None
+        if not params:
+            expected = list(zip(kernel.inputs, self.sizes(), self.strides()))
+            if all(None not in size and None not in stride for _, size, stride in expected):
+                self.exact = tuple((spec.dtype, torch.Size(size), tuple(stride)) for spec, size, stride in expected)
 
     def check(self, inputs: Sequence[torch.Tensor], sizes: list[int]) -> None:
+        if self.exact is not None and all(
+                isinstance(t, torch.Tensor) and t.dtype == dtype and t.is_cpu and t.shape == size
+                and t.stride() == stride for t, (dtype, size, stride) in zip(inputs, self.exact)):
+            return
         name = self.kernel.name
         for tensor, spec in zip(inputs, self.kernel.inputs):
             if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu" or tensor.dtype != spec.dtype:

@@ -36,6 +36,8 @@ def ensure_layout(tensor: torch.Tensor, stride: list[int]) -> torch.Tensor:
     may return another layout than its fake-tensor meta said; a copy keeps results right.
     """
     actual = tensor.stride()
+    if actual == tuple(stride):  # the common case, checked first: this runs on every call
+        return tensor
     if len(actual) != len(stride):
         raise ValueError(f"graph input has {len(actual)} dims (shape {tuple(tensor.shape)}), "
                          f"the graph was compiled for {len(stride)}; compile it again for this input")
