@@ -1,12 +1,16 @@
 """Row nodes (loopir's default `fuse_rows=True`): pointwise work over a reduction's rows runs
-in its own loop inside the reduction's kernel and is read back from memory by later loops.
+in its own loop inside the reduction's kernel and is read back from memory by later loops;
+row temporaries (`lower(..., row_temporaries=True)`) are recomputed where they are loaded.
 Differential tests against eager (interpreter on CPU, or compiled for a GPU: see conftest.py)."""
 
+import dataclasses
+
 import pytest
+import sympy
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from kiln.codegen_triton import TritonOptions, compile, verify
+from kiln.codegen_triton import TritonCodegenError, TritonOptions, compile, generate, verify
 from kiln.loopir import lower
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
@@ -36,16 +40,16 @@ def layer_norm(x, weight, bias):
     return centered * torch.rsqrt(var + 1e-5) * weight + bias
 
 
-def compile_rows(fn, args, options, tracing_mode="real", rows=True):
-    kernel_graph = lower(make_fx(fn, tracing_mode=tracing_mode)(*args))
+def compile_rows(fn, args, options, tracing_mode="real", rows=True, row_temporaries=False):
+    kernel_graph = lower(make_fx(fn, tracing_mode=tracing_mode)(*args), row_temporaries=row_temporaries)
     assert not rows or any(k.is_row(n) for k in kernel_graph.kernels for n in k.nodes), "nothing was fused as a row"
     module = compile(kernel_graph, options)
     verify(module)
     return module, kernel_graph
 
 
-def check(fn, args, options, rows=True, **tolerances):
-    module, kernel_graph = compile_rows(fn, args, options, rows=rows)
+def check(fn, args, options, rows=True, row_temporaries=False, **tolerances):
+    module, kernel_graph = compile_rows(fn, args, options, rows=rows, row_temporaries=row_temporaries)
     _first = module(*args)  # compiles; on a GPU the call below launches through the direct launcher
     expected, got = fn(*args), module(*args)  # `_first` alive: fresh output memory
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
@@ -109,3 +113,135 @@ def test_dynamic_layer_norm(options):
 def test_rows_with_default_block_sizes(tmp_path):
     # One chunk per row and many rows per program: the launch options the backend uses.
     check(softmax, (torch.randn(33, 100),), TritonOptions(cache_dir=tmp_path))
+
+
+# Row temporaries: row nodes no other kernel reads are not outputs; every later loop that loads
+# one recomputes it (no store, no read back, no barrier).
+
+
+def check_temporaries(fn, args, options, count=1, **tolerances):
+    """`check` with row temporaries; the kernel has `count` of them, none stored or read back."""
+    module, kernel_graph = check(fn, args, options, row_temporaries=True, **tolerances)
+    (kernel,) = kernel_graph.kernels
+    assert len(kernel.row_temporaries) == count
+    source = module.meta["kiln_triton"].source
+    for temporary in kernel.row_temporaries:
+        assert f"out_{temporary.name}" not in source
+        assert f"# {temporary.spec}  (from {', '.join(temporary.origins)}): row temporary" in source
+    assert source.count("rnumel, RBLOCK)") == len(kernel.nodes) - count  # no loop of their own
+    return module, kernel
+
+
+def test_softmax_row_temporary_is_recomputed_not_stored(options):
+    x = torch.randn(7, 13) * 3
+    x[2, 4] = float("nan")
+    x[3] = float("-inf")  # NaN rows, as in eager
+    x[5, :6] = float("-inf")
+    module, kernel = check_temporaries(softmax, (x,), options)
+    source = module.meta["kiln_triton"].source
+    assert "tl.debug_barrier()" not in source and source.count("tl.exp(") == 2  # in the sum and the division
+    (stored,) = lower(make_fx(softmax)(x)).kernels
+    assert len(kernel.outputs) == 1 < len(stored.outputs)
+
+
+def test_softmax_float64_row_temporary(options):
+    check_temporaries(softmax, (torch.randn(5, 21, dtype=torch.float64),), options, rtol=1e-12, atol=1e-14)
+
+
+def test_layer_norm_row_temporary_with_dynamic_shapes(options):
+    args = (torch.randn(4, 9), torch.randn(9), torch.randn(9))
+    module, kernel_graph = compile_rows(layer_norm, args, options, tracing_mode="symbolic", row_temporaries=True)
+    (kernel,) = kernel_graph.kernels
+    assert kernel.symbols and len(kernel.row_temporaries) == 1 and len(kernel.outputs) == 1
+    assert f"out_{kernel.row_temporaries[0].name}" not in module.meta["kiln_triton"].source
+    for rows, cols in [(4, 9), (7, 33), (2, 1), (1, 8), (5, 17)]:
+        args = (torch.randn(rows, cols) * 2 + 1, torch.randn(cols), torch.randn(cols))
+        torch.testing.assert_close(module(*args), layer_norm(*args))
+
+
+def test_row_temporary_over_two_row_dims(options):
+    def softmax_2d(x):
+        e = (x - x.amax((1, 2), keepdim=True)).exp()
+        return e / e.sum((1, 2), keepdim=True)
+
+    x = torch.randn(3, 4, 5)
+    x[1, 2, 3] = float("nan")
+    _, kernel = check_temporaries(softmax_2d, (x,), options)
+    assert len(kernel.row_ranges) == 2
+
+
+def test_one_dimensional_softmax_row_temporary(options):
+    for n in (8, 37):
+        check_temporaries(softmax, (torch.randn(n),), options)
+
+
+def test_chain_of_row_temporaries(options):
+    def chain(x):  # c reads e; the last two loops recompute both
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        c = e - e.sum(-1, keepdim=True) / x.shape[-1]
+        return c / (c * c).sum(-1, keepdim=True)
+
+    module, _ = check_temporaries(chain, (torch.randn(6, 11),), options, count=2)
+    assert module.meta["kiln_triton"].source.count("tl.exp(") == 3
+
+
+def test_row_output_and_row_temporary_in_one_kernel(options):
+    def fn(x):  # e is returned (stored, read back after a barrier); c is a temporary reading it
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        c = e - e.mean(-1, keepdim=True)
+        return c / (c * c).sum(-1, keepdim=True), e
+
+    module, kernel_graph = check(fn, (torch.randn(5, 10),), options, row_temporaries=True)
+    (kernel,) = kernel_graph.kernels
+    (temporary,) = kernel.row_temporaries
+    source = module.meta["kiln_triton"].source
+    assert f"out_{temporary.name}" not in source and source.count("tl.debug_barrier()") == 1
+
+
+def test_row_temporary_with_an_indirect_index(options):
+    def fn(x, w, i):  # the gather is part of the temporary: each loop that recomputes it checks i
+        e = torch.exp(x - x.amax(-1, keepdim=True)) * torch.index_select(w, 0, i)
+        return e / e.sum(-1, keepdim=True)
+
+    x, w, good = torch.randn(6, 5), torch.randn(5), torch.tensor([4, 0, -1, 2, 1])
+    module, kernel = check_temporaries(fn, (x, w, good.abs()), options)
+    assert module.meta["kiln_triton"].source.count("inside_ind") == 4  # defined and used, in two loops
+    torch.testing.assert_close(module(x, w, good), fn(x, w, good.remainder(5)))  # negative indices wrap
+    (temporary,) = kernel.row_temporaries
+    with pytest.raises(IndexError, match=f"{kernel.name}: buffer {temporary.name} .*out of bounds for a "
+                                         "dimension of size 5"):
+        module(x, w, torch.tensor([4, 0, 2, 5, 1]))
+    torch.testing.assert_close(module(x, w, good.abs()), fn(x, w, good.abs()))
+
+
+def _softmax_kernel_graph():
+    return lower(make_fx(softmax)(torch.randn(4, 8)), row_temporaries=True)
+
+
+def _replace_node(kernel_graph, position, **body_changes):
+    (kernel,) = kernel_graph.kernels
+    node = kernel.nodes[position]
+    nodes = list(kernel.nodes)
+    nodes[position] = dataclasses.replace(node, body=dataclasses.replace(node.body, **body_changes))
+    return dataclasses.replace(kernel_graph, kernels=(dataclasses.replace(kernel, nodes=tuple(nodes)),)), kernel
+
+
+def test_row_temporary_read_elsewhere_than_stored_is_refused():
+    kernel_graph = _softmax_kernel_graph()
+    (temporary,) = kernel_graph.kernels[0].row_temporaries
+
+    def shifted(ops, index):  # the next element of the row: not what this iteration computes
+        return ops.load(temporary.name, 8 * index[0] + index[1] + 1)
+
+    bad, _ = _replace_node(kernel_graph, -1, inner_fn=shifted)
+    with pytest.raises(TritonCodegenError, match=f"reads row temporary {temporary.name} at 8\\*i0 \\+ r0 \\+ 1"):
+        generate(bad)
+
+
+def test_row_temporary_read_in_a_loop_over_other_ranges_is_refused():
+    # The sum's loop runs r0 over 16, the temporary's rows over 8: r0 means another element.
+    bad, kernel = _replace_node(_softmax_kernel_graph(), 2, reduction_ranges=(sympy.Integer(16),))
+    (temporary,) = kernel.row_temporaries
+    with pytest.raises(TritonCodegenError, match=f"row temporary {temporary.name}, whose rows run over \\[8\\], "
+                                                 "in a loop over \\[16\\]"):
+        generate(bad)

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 LOOPIR_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
 # Codegens that keep row temporaries themselves (codegen_cpp: a scratch row per thread).
-ROW_TEMPORARIES = frozenset({"cpu"})
+ROW_TEMPORARIES = frozenset({"cpu", "cuda"})
 
 
 class _Stages:

@@ -21,7 +21,7 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import Kernel, OpsHandler, indirect_var
+from kiln.loopir import Kernel, OpsHandler, index_vars, indirect_var
 
 from .options import TritonCodegenError
 from .printer import triton_expr
@@ -147,6 +147,11 @@ class TritonHandler(OpsHandler):
         self.indirect_masks: dict[sympy.Symbol, tuple[str, ...]] = {}
         self.checks: list[CheckSite] = []  # check number k + 1 is checks[k]
         self.origins: tuple[str, ...] = ()  # of the buffer being emitted, for check messages
+        # Ranges of r0, r1, ... in the loop being emitted (kernel_source sets them; () outside loops).
+        self.loop_ranges: tuple[sympy.Expr, ...] = ()
+        # Row temporaries (`Kernel.row_temporaries`): stored nowhere, recomputed where they are
+        # loaded (see `_recompute`); name -> (node, where it is stored, in kernel variables).
+        self.row_temporaries = {n.name: (n, kernel.accesses(n).writes[0].index) for n in kernel.row_temporaries}
         self._count = 0
 
     def _var(self, text: str) -> str:
@@ -172,6 +177,8 @@ class TritonHandler(OpsHandler):
         return "[1]" if self.rank == 1 else "[1, 1]"
 
     def load(self, name: str, index: sympy.Expr) -> str:
+        if name in self.row_temporaries:
+            return self._recompute(name, index)
         if name in self.locals:
             return self.locals[name]
         masks = self._masks(index)
@@ -180,6 +187,41 @@ class TritonHandler(OpsHandler):
         if not masks:  # one element for every lane: a scalar load, always in bounds
             return self._var(f"tl.load({pointer})")
         return self._var(f"tl.load({pointer}, {' & '.join(masks)})")
+
+    def _recompute(self, name: str, index: sympy.Expr) -> str:
+        """A row temporary's value where the current loop loads it: its node's body, emitted
+        here, inside that loop (loads of other row temporaries in it recompute those in turn).
+
+        loopir's scheduler fuses loads of a row node only at the index where it is stored, in
+        the kernel's variables; that is the element the current iteration computes, provided
+        the loop's r0, r1, ... run over the kernel's row ranges. Within one loop the value is
+        computed once: it is a `cache` entry, dropped with the loop's other values after it.
+        """
+        node, stored = self.row_temporaries[name]
+        if sympy.expand(index - stored) != 0:
+            raise TritonCodegenError(f"{self._where()}: reads row temporary {name} at {index}, but {name} is "
+                                     f"computed at {stored}; only loads where it is stored can recompute it")
+        self._check_row_loop(name, stored)
+        key = f"<row temporary {name}>"  # not an expression: never a `_var` text
+        if key not in self.cache:
+            saved = self.current, self.origins
+            self.current, self.origins = name, node.origins
+            node.run(self, *self.kernel.placement(node))
+            self.current, self.origins = saved
+            self.cache[key] = self.locals.pop(name)  # `store` put it there; its scope is the cache's
+        return self.cache[key]
+
+    def _check_row_loop(self, name: str, stored: sympy.Expr) -> None:
+        """The loop being emitted defines each row variable of `stored` over the same range as
+        the kernel's row loops (where the row temporary's elements live)."""
+        rows = self.kernel.row_ranges
+        for pos, var in enumerate(index_vars(len(rows), "r")):
+            if var not in stored.free_symbols:
+                continue
+            if pos >= len(self.loop_ranges) or sympy.expand(self.loop_ranges[pos] - rows[pos]) != 0:
+                raise TritonCodegenError(
+                    f"{self._where()}: reads row temporary {name}, whose rows run over {list(rows)}, in a loop "
+                    f"over {list(self.loop_ranges)}: {var} differs, so it cannot be recomputed there")
 
     def store(self, name: str, index: sympy.Expr, value: str) -> None:
         self.locals[name] = value
@@ -221,7 +263,7 @@ class TritonHandler(OpsHandler):
     def _end_loop(self, pending: PendingReduction, fold: str) -> str:
         self.pending_reduction = pending
         self.lines = []
-        self.loop_masks = ("xmask",)
+        self.loop_masks, self.loop_ranges = ("xmask",), ()
         return self._var(fold)
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:

@@ -10,7 +10,9 @@ symbol, then the block sizes. Buffers that never leave the kernel stay in regist
 A *row node* (loopir's `Kernel.is_row`: pointwise work over the rows of the kernel's reduction,
 as in softmax or layer norm) gets its own loop over the row ranges in RBLOCK chunks, storing
 every element; later loops of the same program read it back through its ``out_<buffer>``
-pointer, after a `tl.debug_barrier()` (see `_row_lines`).
+pointer, after a `tl.debug_barrier()` (see `_row_lines`). A *row temporary* (a row node that
+is not an output, `loopir.lower(..., row_temporaries=True)`) gets no loop and no memory: each
+later loop that loads it computes it again, inline (see `TritonHandler._recompute`).
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ def _node_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) ->
     saved_cache = dict(handler.cache)
     index, rindex = kernel.placement(node)
     handler.loop_masks = ("xmask", "rmask") if isinstance(node.body, Reduction) else ("xmask",)
+    handler.loop_ranges = node.reduction_ranges
     node.run(handler, _bound_index(index, kernel.ranges), _bound_index(rindex, node.reduction_ranges))
     if not isinstance(node.body, Reduction):
         return [_node_header(node)] + handler.lines
@@ -131,13 +134,16 @@ def _row_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) -> 
     The store and the later load of one element may be made by different threads of the
     block (the compiler picks each access's thread layout), so a `tl.debug_barrier()` (a
     block-wide barrier, which also orders global memory within the block) separates them.
+    A row temporary (not an output) has no loop: loads of it recompute it (`TritonHandler.load`).
     """
+    if node.name in handler.row_temporaries:
+        return [f"{_node_header(node)}: row temporary, recomputed where it is loaded"]
     handler.lines = []
     handler.current, handler.origins = node.name, node.origins
     saved_cache, saved_locals = dict(handler.cache), dict(handler.locals)
-    handler.loop_masks = ("xmask", "rmask")
+    handler.loop_masks, handler.loop_ranges = ("xmask", "rmask"), kernel.row_ranges
     node.run(handler, *kernel.placement(node))
-    handler.loop_masks = ("xmask",)
+    handler.loop_masks, handler.loop_ranges = ("xmask",), ()
     body = handler.lines
     # Values of the row loop are out of scope after it; later loops load the row from memory.
     handler.cache, handler.locals = saved_cache, saved_locals
