@@ -29,7 +29,8 @@ from .report import FallbackNode, GraphReport
 log = logging.getLogger(__name__)
 
 LOOPIR_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
-# Codegens that keep row temporaries themselves (codegen_cpp: a scratch row per thread).
+# Codegens that keep row temporaries themselves (codegen_cpp: a scratch row per thread;
+# codegen_triton: recomputed in each loop that loads them).
 ROW_TEMPORARIES = frozenset({"cpu", "cuda"})
 
 

@@ -19,6 +19,7 @@ import sympy
 import torch
 
 from .ops import Printer, ReadsWrites
+from .simplify import simplify_index, variable_ranges
 from .sizes import Expr, contiguous_strides, flat_index, index_vars, same_exprs
 
 
@@ -89,9 +90,11 @@ class ComputedBuffer:
         index = _pin_unit_dims(index, self.ranges)
         rindex = _pin_unit_dims(rindex, self.reduction_ranges)
         out_index = flat_index(index, self.spec.stride)
+        ranges = {**variable_ranges(index, self.ranges), **variable_ranges(rindex, self.reduction_ranges)}
+        body_ops = _SimplifyingOps(ops, ranges) if ranges else ops
         if isinstance(self.body, Pointwise):
-            return ops.store(self.name, out_index, self.body.inner_fn(ops, tuple(index)))
-        value = self.body.inner_fn(ops, tuple(index), tuple(rindex))
+            return ops.store(self.name, out_index, self.body.inner_fn(body_ops, tuple(index)))
+        value = self.body.inner_fn(body_ops, tuple(index), tuple(rindex))
         acc = ops.reduction(self.name, self.body.reduction_type, self.body.dtype, value)
         return ops.store_reduction(self.name, out_index, acc)
 
@@ -108,6 +111,26 @@ class ComputedBuffer:
         if isinstance(self.body, Reduction):
             head += f", reduction_ranges={list(self.body.reduction_ranges)}, {self.body.reduction_type}"
         return head + ")\n" + "\n".join("    " + line for line in printer.lines)
+
+
+class _SimplifyingOps:
+    """Forwards every op to `ops`; load and index_expr indices are first simplified with
+    the loop variables' ranges (see `simplify.py`)."""
+
+    __slots__ = ("_ops", "_ranges")
+
+    def __init__(self, ops: Any, ranges: dict[sympy.Symbol, int]) -> None:
+        self._ops = ops
+        self._ranges = ranges
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ops, name)
+
+    def load(self, name: str, index: Expr) -> Any:
+        return self._ops.load(name, simplify_index(index, self._ranges))
+
+    def index_expr(self, expr: Expr, dtype: torch.dtype) -> Any:
+        return self._ops.index_expr(simplify_index(expr, self._ranges), dtype)
 
 
 def _pin_unit_dims(index: Sequence[Expr], ranges: Sequence[Expr]) -> tuple[Expr, ...]:

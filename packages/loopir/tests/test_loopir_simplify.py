@@ -1,0 +1,84 @@
+"""simplify_index: range-aware rewriting of FloorDiv/Mod index expressions, checked by brute force."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import sympy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kiln.loopir._internal.simplify import simplify_index
+from kiln.loopir._internal.sizes import FloorDiv, contiguous_strides, flat_index, index_vars, unflatten
+
+
+def _value(expr, env):
+    """Evaluate with C semantics on non-negative values (what codegens emit)."""
+    if expr.is_Integer:
+        return int(expr)
+    if isinstance(expr, sympy.Symbol):
+        return env[expr]
+    args = [_value(a, env) for a in expr.args]
+    if isinstance(expr, FloorDiv):
+        return args[0] // args[1]
+    if isinstance(expr, sympy.Mod):
+        return args[0] % args[1]
+    if expr.is_Add:
+        return sum(args)
+    if expr.is_Mul:
+        return math.prod(args)
+    raise AssertionError(f"unexpected {expr!r}")
+
+
+def _divisions(expr) -> int:
+    return sum(1 for e in sympy.preorder_traversal(expr) if isinstance(e, (FloorDiv, sympy.Mod)))
+
+
+@st.composite
+def view_chains(draw):
+    """A read of a permuted tensor through a reshape: the index expression views compose into."""
+    source = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    order = draw(st.permutations(range(len(source))))
+    permuted = [source[d] for d in order]
+    strides = [contiguous_strides(source)[d] for d in order]
+    # reshape the permuted tensor (as if contiguous) into a random factorization of its numel
+    numel = math.prod(permuted)
+    out, rest = [], numel
+    while rest > 1 and len(out) < 3:
+        divisors = [d for d in range(2, rest + 1) if rest % d == 0]
+        d = draw(st.sampled_from(divisors))
+        out.append(d)
+        rest //= d
+    out = out or [1]
+    if rest > 1:
+        out.append(rest)
+    ivars = index_vars(len(out))
+    flat = flat_index(ivars, contiguous_strides(out))
+    expr = flat_index(unflatten(flat, permuted), strides)
+    return expr, dict(zip(ivars, out))
+
+
+@settings(max_examples=300, deadline=None)
+@given(view_chains())
+def test_simplified_indices_agree_on_every_point(chain):
+    expr, ranges = chain
+    simpler = simplify_index(expr, ranges)
+    assert _divisions(simpler) <= _divisions(expr)
+    names = list(ranges)
+    for point in itertools.product(*(range(n) for n in ranges.values())):
+        env = dict(zip(names, point))
+        assert _value(simpler, env) == _value(expr, env), (expr, simpler, env)
+
+
+def test_known_simplifications():
+    i0, i1 = index_vars(2)
+    y = i1 + 1024 * i0
+    reshaped = 1024 * sympy.Mod(FloorDiv(y, 1024), 128) + 131072 * FloorDiv(y, 131072) + sympy.Mod(y, 1024)
+    assert simplify_index(reshaped, {i0: 512, i1: 1024}) == y
+    assert simplify_index(FloorDiv(i1, 64), {i1: 64}) == 0
+    assert simplify_index(sympy.Mod(FloorDiv(256 * i0 + i1, 64), 4), {i0: 8, i1: 256}) == FloorDiv(i1, 64)
+    # without ranges (symbolic sizes) nothing is assumed
+    assert simplify_index(reshaped, {}) == reshaped
+    # an index that may exceed the divisor stays
+    assert simplify_index(sympy.Mod(i1, 64), {i1: 65}) == sympy.Mod(i1, 64)
