@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.loopir._internal.simplify import simplify_index
-from kiln.loopir._internal.sizes import FloorDiv, contiguous_strides, flat_index, index_vars, unflatten
+from kiln.loopir._internal.sizes import (
+    FloorDiv,
+    contiguous_strides,
+    flat_index,
+    index_vars,
+    unflatten,
+)
 
 
 def _value(expr, env):

@@ -6,8 +6,6 @@ import pytest
 import sympy
 import torch
 
-from kiln.loopir._internal.sizes import FloorDiv
-
 
 def test_view_of_input_is_free_and_aliases(check):
     x = torch.randn(3, 4)
