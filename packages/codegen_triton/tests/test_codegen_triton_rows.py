@@ -203,7 +203,9 @@ def test_row_temporary_with_an_indirect_index(options):
         e = torch.exp(x - x.amax(-1, keepdim=True)) * torch.index_select(w, 0, i)
         return e / e.sum(-1, keepdim=True)
 
-    x, w, good = torch.randn(6, 5), torch.randn(5), torch.tensor([4, 0, -1, 2, 1])
+    # positive weights: with mixed signs the row sums can nearly cancel, and the quotient then
+    # amplifies the last-bit differences of the GPU's exp (rel. 2e-5 seen on an H200)
+    x, w, good = torch.randn(6, 5), torch.rand(5) + 0.5, torch.tensor([4, 0, -1, 2, 1])
     module, kernel = check_temporaries(fn, (x, w, good.abs()), options)
     assert module.meta["kiln_triton"].source.count("inside_ind") == 4  # defined and used, in two loops
     torch.testing.assert_close(module(x, w, good), fn(x, w, good.remainder(5)))  # negative indices wrap
