@@ -233,6 +233,21 @@ def test_gelu_and_layer_norm_decompose_into_generated_code(approximate):
     assert counting.calls == 1
 
 
+@pytest.mark.parametrize("bias_epilogues", [False, True])
+def test_bias_epilogues_option_fuses_the_bias_add_into_the_next_kernel(bias_epilogues):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        report = explain(model, x, options={"bias_epilogues": bias_epilogues})
+        counting = Counting(bias_epilogues=bias_epilogues)
+        torch.testing.assert_close(torch.compile(model, backend=counting)(x), model(x))
+    assert counting.calls == 1
+    lowered = " ".join(report.graphs[0].lowered_nodes)
+    assert ("aten.addmm" in lowered) != bias_epilogues and ("aten.mm" in lowered) == bias_epilogues
+    # the first bias add runs inside the GELU kernel: still two kernels, not three
+    assert report.kernel_count == (2 if bias_epilogues else 1)
+
+
 def test_softmax_on_cpu_keeps_its_exp_row_in_a_scratch_row():
     x = torch.randn(64, 256)
     report = explain(lambda x: torch.softmax(x, -1), x)

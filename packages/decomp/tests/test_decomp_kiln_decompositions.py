@@ -148,3 +148,20 @@ def test_tensor_constant_becomes_clone():
     x = torch.randn(3)
     out = _check(lambda t: t * torch.tensor([1.0, 2.0, 3.0]), x)
     assert aten.lift_fresh_copy.default not in opset(out)
+
+
+def test_bias_epilogues_turn_addmm_into_mm_and_add():
+    def f(bias, x, w, full):
+        return (torch.addmm(bias, x, w), torch.nn.functional.linear(x, w.t(), bias),
+                torch.addmm(full, x, w, beta=0.5), torch.addmm(full, x, w))
+
+    args = (torch.randn(8), torch.randn(4, 6), torch.randn(6, 8), torch.randn(4, 8))
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    assert opset(decompose(gm, loop_level()))[aten.addmm.default] == 4  # the default keeps addmm
+    table = loop_level(bias_epilogues=True)
+    assert aten.addmm.default not in table.kept and table.provenance(aten.addmm.default) == "kiln"
+    out = decompose(gm, table)
+    check_opset(out, LOOP_LEVEL_OPS)
+    ops = opset(out)
+    assert ops[aten.mm.default] == 3 and ops[aten.addmm.default] == 1  # beta != 1 stays whole
+    torch.testing.assert_close(out(*args), f(*args))

@@ -35,6 +35,9 @@ class KilnOptions:
         forces one (e.g. "cuda" on CPU tensors runs Triton's interpreter, TRITON_INTERPRET=1).
     partitioner: how training graphs split into forward and backward: "min_cut" (recompute cheap
         ops in the backward to save activation memory) or "save_all".
+    bias_epilogues: linear layers' `addmm(bias, x, w)` become `mm(x, w)` plus a bias add fused
+        into the next kernel (True) or stay one addmm (False); None: the codegen's default
+        (see `BIAS_EPILOGUES` in pipeline.py).
     """
 
     debug_dir: pathlib.Path | None = None
@@ -46,6 +49,7 @@ class KilnOptions:
     parallel_threshold: int = 32768
     codegen: str | None = None
     partitioner: str = "min_cut"
+    bias_epilogues: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("debug_dir", "cache_dir"):

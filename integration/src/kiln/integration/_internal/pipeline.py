@@ -29,6 +29,9 @@ from .report import FallbackNode, GraphReport
 log = logging.getLogger(__name__)
 
 LOOPIR_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
+# Codegens whose linear layers run as mm + a bias add fused into the next kernel by default
+# (KilnOptions.bias_epilogues): on an H200, cuBLAS runs BERT's plain mm faster than its addmm.
+BIAS_EPILOGUES = frozenset({"cuda"})
 # Codegens that keep row temporaries themselves (codegen_cpp: a scratch row per thread;
 # codegen_triton: recomputed in each loop that loads them).
 ROW_TEMPORARIES = frozenset({"cpu", "cuda"})
@@ -131,7 +134,10 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.C
                  stages: _Stages, check: bool, prefix: str = "") -> tuple[fx.GraphModule, _RegionResults]:
     """decomp -> partition -> loopir -> codegen on a functional ATen graph."""
     with stages.stage(f"{prefix}decomp"):
-        decomposed = decomp.decompose(aten, decomp.loop_level())
+        epilogues = options.bias_epilogues
+        if epilogues is None:
+            epilogues = codegen.name in BIAS_EPILOGUES
+        decomposed = decomp.decompose(aten, decomp.loop_level(bias_epilogues=epilogues))
         dump.write(f"{prefix}decomposed", lambda: decomposed.print_readable(print_output=False), ".py")
         if check:
             decomp.verify(decomposed)

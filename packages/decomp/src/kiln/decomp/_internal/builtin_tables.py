@@ -14,6 +14,7 @@ import torch
 import torch._decomp
 from torch._ops import OpOverload
 
+from .decomp_matmul import addmm_bias_epilogue
 from .kiln_decompositions import CORE_ATEN_FIXES, kiln_table
 from .ops import aten_overloads
 from .opsets import LOOP_LEVEL_OPS
@@ -103,12 +104,15 @@ def _core_aten_entries() -> dict[OpOverload, Callable[..., Any]]:
     return entries
 
 
-def loop_level() -> DecompTable:
+def loop_level(*, bias_epilogues: bool = False) -> DecompTable:
     """Decompositions towards ``LOOP_LEVEL_OPS``, the opset kiln's loopir lowers.
 
     ``core_aten() | <torch decompositions of loop-friendly composites> | <kiln ones>``,
     then ``.keep(LOOP_LEVEL_OPS)``: ops of the opset are never decomposed, even by a
     table later united with this one (see ``DecompTable.keep``).
+
+    ``bias_epilogues``: ``addmm(bias, a, b)`` becomes ``mm(a, b) + bias`` (the add fuses
+    into the next kernel) instead of staying whole; ``addmm`` is then not kept.
     """
     torch_ops = aten_overloads(_LOOP_LEVEL_TORCH_OPS)
     source = torch._decomp.decomposition_table
@@ -117,4 +121,9 @@ def loop_level() -> DecompTable:
     if missing:
         log.debug("loop_level: no torch decomposition for %s", ", ".join(missing))
     extra = DecompTable(torch_extra, provenance="torch")
-    return (core_aten() | extra | kiln_table()).keep(LOOP_LEVEL_OPS)
+    table = core_aten() | extra | kiln_table()
+    if not bias_epilogues:
+        return table.keep(LOOP_LEVEL_OPS)
+    epilogues = DecompTable({aten_op: addmm_bias_epilogue for aten_op in addmm_bias_epilogue.decomposes},
+                            provenance="kiln")
+    return (table | epilogues).keep(LOOP_LEVEL_OPS - set(addmm_bias_epilogue.decomposes))

@@ -57,4 +57,17 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
     return aten.addmm.default(self, lhs, rhs, beta=beta, alpha=alpha)
 
 
+@decomposes(aten.addmm.default)
+def addmm_bias_epilogue(self, mat1, mat2, *, beta=1, alpha=1):
+    """``mm`` then the bias add as a pointwise op, which a loop-level backend fuses into the
+    kernel that reads the product (an epilogue), instead of the GEMM's own. GEMM libraries
+    pick faster kernels for a plain ``mm`` (cuBLAS on an H200: 128x128 tiles for BERT's
+    linears instead of 64x64), and the bias costs no pass of its own. One rounding either
+    way (the product, then the add). Only ``beta == alpha == 1``; other addmms stay whole.
+    Not in ``loop_level()`` by default: ``loop_level(bias_epilogues=True)``."""
+    if beta != 1 or alpha != 1:
+        return NotImplemented
+    return aten.add.Tensor(aten.mm.default(mat1, mat2), self)
+
+
 MATMUL_DECOMPOSITIONS = (linear, addbmm)
