@@ -171,3 +171,15 @@ def test_row_temporaries_with_dynamic_shapes_and_several_row_dims(cpp_parallel):
 def test_one_dimensional_softmax_shares_one_scratch_row_between_threads(cpp_parallel):
     compiled = cpp_parallel.check(_softmax, torch.randn(1000), row_temporaries=True)
     assert "#pragma omp parallel for simd" in compiled.source and "#pragma omp parallel if(" not in compiled.source
+
+
+def test_residual_add_runs_as_a_row_loop_before_the_layer_norm(cpp_parallel):
+    def residual_layer_norm(x, residual, w, b):
+        return _layer_norm(x + residual, w, b)
+
+    args = (torch.randn(6, 33), torch.randn(6, 33), torch.randn(33), torch.randn(33))
+    calls = [(torch.randn(9, 17), torch.randn(9, 17), torch.randn(17), torch.randn(17))]
+    compiled = cpp_parallel.check(residual_layer_norm, *args, tracing_mode="symbolic", calls=calls,
+                                  row_temporaries=True, atol=1e-5, rtol=1e-5)
+    (kernel,) = compiled.kernel_graph.kernels
+    assert kernel.is_row(kernel.nodes[0]) and len(kernel.row_temporaries) == 2 and len(kernel.outputs) == 1

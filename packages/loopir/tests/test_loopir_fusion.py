@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from kiln.loopir import Kernel
+from kiln.loopir import Kernel, Reduction
 
 
 def _calls(kg) -> list[str]:
@@ -127,6 +127,38 @@ def test_row_temporaries_are_not_outputs(check):
     kg = check(softmax_and_exp, x, row_temporaries=True)
     (kernel,) = kg.kernels
     assert not kernel.row_temporaries and len(kernel.outputs) == 2
+
+
+def _residual_layer_norm(x, residual):
+    h = x + residual
+    mean = h.mean(-1, keepdim=True)
+    centered = h - mean
+    return centered * torch.rsqrt((centered * centered).mean(-1, keepdim=True) + 1e-5)
+
+
+@pytest.mark.parametrize("row_temporaries", [False, True])
+def test_pointwise_before_a_row_reduction_joins_it_as_row_prologue(check, row_temporaries):
+    x, residual = torch.randn(3, 5, 16), torch.randn(3, 5, 16)
+    kg = check(_residual_layer_norm, x, residual, row_temporaries=row_temporaries, atol=1e-5, rtol=1e-5)
+    (kernel,) = kg.kernels
+    assert kernel.is_row(kernel.nodes[0]) and isinstance(kernel.nodes[1].body, Reduction)
+    assert [str(r) for r in kernel.ranges] == ["3", "5", "1"]
+    decision = next(d for d in kg.decisions if d.buffer == kernel.nodes[1].name)
+    assert decision.fused and "row loops before it" in decision.reason
+    assert (kernel.nodes[0] in kernel.row_temporaries) == row_temporaries
+    kg = check(_residual_layer_norm, x, residual, tracing_mode="symbolic",
+               run_args=(torch.randn(2, 7, 9), torch.randn(2, 7, 9)), atol=1e-5, rtol=1e-5)
+    assert len(kg.kernels) == 1
+
+
+def test_pointwise_before_a_reduction_over_other_dims_stays_apart(check):
+    def f(x, y):
+        h = x + y  # used twice: a buffer of its own
+        return h.sum(1), h * 2
+
+    kg = check(f, torch.randn(3, 4, 5), torch.randn(3, 4, 5))
+    (reduction,) = [k for k in kg.kernels if any(isinstance(n.body, Reduction) for n in k.nodes)]
+    assert len(reduction.nodes) == 1
 
 
 def test_reduction_over_a_middle_dim_does_not_take_rows(check):

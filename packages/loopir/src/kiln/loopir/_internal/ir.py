@@ -194,7 +194,9 @@ class Kernel:
 
     @property
     def ranges(self) -> tuple[Expr, ...]:
-        return self.nodes[0].ranges
+        """The outer loops: the first reduction's ranges (row nodes may come before it, e.g. a
+        residual add before a layer norm), else the first node's."""
+        return next((n.ranges for n in self.nodes if isinstance(n.body, Reduction)), self.nodes[0].ranges)
 
     @property
     def row_ranges(self) -> tuple[Expr, ...]:

@@ -49,7 +49,7 @@ class _Group:
 
     @property
     def ranges(self) -> tuple:
-        return self.members[0].ranges
+        return next((m.ranges for m in self.members if isinstance(m.body, Reduction)), self.members[0].ranges)
 
     @property
     def row_ranges(self) -> tuple:
@@ -81,6 +81,26 @@ def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool) -> tup
     return None, row
 
 
+def _as_row_prologue(group: _Group, step: ComputedBuffer) -> _Group | None:
+    """`group` (pointwise only) with reduction `step` appended, its nodes turned into row nodes
+    of the reduction (one pass per row: `x + residual` then a layer norm over it), or None when
+    they are not rows of it or `step` would not read them where they are stored."""
+    if not isinstance(step.body, Reduction) or any(isinstance(m.body, Reduction) for m in group.members):
+        return None
+    if group.members and same_exprs(group.ranges, step.ranges):
+        return None  # plain fusion: same outer ranges
+    if not all(is_row_of(m, step.ranges, step.reduction_ranges) for m in group.members):
+        return None
+    candidate = _Group(group.name, [*group.members, step], {}, {m.name for m in group.members})
+    for member in candidate.members:
+        for access in candidate.accesses(member).reads:
+            stored = candidate.stored.get(access.buffer)
+            if stored is not None and sympy.expand(access.index - stored) != 0:
+                return None
+        candidate.stored[member.name] = candidate.accesses(member).writes[0].index
+    return candidate
+
+
 def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: bool = False) -> Schedule:
     """Fuse the steps of `lowered` into kernels, keeping program order valid.
 
@@ -103,6 +123,14 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
                 closed_by = f"{current.name} was closed by extern {step.name}, which reads it"
                 current = None
             items.append(step)
+            continue
+        prologue = _as_row_prologue(current, step) if fuse_rows and current is not None else None
+        if prologue is not None:
+            items[next(k for k, item in enumerate(items) if item is current)] = prologue
+            current = prologue
+            decisions.append(FusionDecision(step.name, current.name, True, "a reduction over the rows of the "
+                                            "kernel's pointwise nodes, which run as row loops before it; reads "
+                                            "kernel buffers where they were stored"))
             continue
         blocker, row = _fusion_blocker(current, step, fuse_rows) if current is not None else (closed_by, False)
         if blocker is None:
