@@ -60,7 +60,7 @@ def fake_kernel(fn, example, options, tracing_mode="symbolic"):
     module = compile(lower(make_fx(fn, tracing_mode=tracing_mode)(example)), options)
     (node,) = [n for n in module.graph.nodes if isinstance(n.target, TritonKernel)]
     fake = FakeJITFunction(node.target.jit_function)
-    node.target = TritonKernel(node.target.kernel, fake, options)
+    node.target = TritonKernel(node.target.kernel, fake, options, node.target.checks, node.target.index_bounds)
     module.recompile()
     return module, node.target, fake
 
@@ -91,7 +91,8 @@ def test_direct_launches_pass_hooks_metadata(tmp_path, knobs):
     knobs.launch_enter_hook = lambda metadata: None
     fake.log.clear()
     torch.testing.assert_close(module(x), x.sum(-1))
-    n_args = 2 + len(kernel.kernel.symbols) + 2  # x, the output, sizes, XBLOCK, RBLOCK
+    n_args = 2 + len(kernel.kernel.symbols) + 3  # x, the output, sizes, XBLOCK, RBLOCK, INDEX_64
+    assert kernel.index_bounds  # symbolic sizes: the index width is chosen at launch
     assert fake.log == [("direct", ("metadata of", (1,), n_args))]
 
 

@@ -49,14 +49,15 @@ def compile(kernel_graph: KernelGraph, options: TritonOptions | None = None) -> 
     """
     options = options or TritonOptions()
     start = time.perf_counter()
-    source, checks = kernel_graph_source(list(kernel_graph.kernels))
+    source, infos = kernel_graph_source(list(kernel_graph.kernels))
     if not kernel_graph.kernels:
         module = kernel_graph.with_kernels({})
         module.meta[META_KEY] = TritonArtifacts(source, None, True, 0.0)
         return module
     path, hit = write_source(source, options.cache_dir)
     generated = load_module(path)
-    compiled = {k.name: TritonKernel(k, getattr(generated, k.name), options, checks[k.name]) for k in kernel_graph.kernels}
+    compiled = {k.name: TritonKernel(k, getattr(generated, k.name), options, infos[k.name].checks,
+                                     infos[k.name].index_bounds) for k in kernel_graph.kernels}
     module = kernel_graph.with_kernels(compiled)
     seconds = time.perf_counter() - start
     module.meta[META_KEY] = TritonArtifacts(source, path, hit, seconds, tuple(compiled))

@@ -9,6 +9,10 @@ index uses, so every block shape broadcasts against every other:
 * reduction kernel: outer values are ``[XBLOCK, 1]``, reduction values ``[1, RBLOCK]`` or
   ``[XBLOCK, RBLOCK]``; a reduction accumulates ``[XBLOCK, RBLOCK]`` partial results and
   folds them with `tl.sum` / `tl.reduce` after its loop.
+
+Offsets and index expressions are printed in the flat positions ``xindex`` / ``rindex`` where
+that takes fewer divisions (a contiguous access is just ``xindex``; see `indexing.py`), and
+their bounds are recorded to choose the kernel's index width.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 
 from kiln.loopir import Kernel, OpsHandler, index_vars, indirect_var
 
+from .indexing import flat_offset, index_bounds, inner_loop, outer_loop
 from .options import TritonCodegenError
 from .printer import triton_expr
 
@@ -120,12 +125,6 @@ class PendingReduction:
     body: list[str]  # the loop body, ending with the accumulator update
 
 
-def _offset(index: sympy.Expr) -> str:
-    """A flat index as a pointer offset, parenthesized unless it is one symbol or number."""
-    text = triton_expr(index)
-    return text if text.isidentifier() or text.isdigit() else f"({text})"
-
-
 class TritonHandler(OpsHandler):
     """Emits Triton statements for one kernel's loop bodies (see the module docstring)."""
 
@@ -152,6 +151,10 @@ class TritonHandler(OpsHandler):
         # Row temporaries (`Kernel.row_temporaries`): stored nowhere, recomputed where they are
         # loaded (see `_recompute`); name -> (node, where it is stored, in kernel variables).
         self.row_temporaries = {n.name: (n, kernel.accesses(n).writes[0].index) for n in kernel.row_temporaries}
+        self.outer_loop = outer_loop(kernel.ranges)
+        # A bound on every index value the emitted code computes (see `_index`): the kernel
+        # uses 32-bit index arithmetic when they all fit.
+        self.index_bounds: set[sympy.Expr] = set()
         self._count = 0
 
     def _var(self, text: str) -> str:
@@ -173,6 +176,26 @@ class TritonHandler(OpsHandler):
         loop = [m for prefix, m in (("i", "xmask"), ("r", "rmask")) if prefix in names or m in masks]
         return loop + sorted(masks - {"xmask", "rmask"})
 
+    def _index(self, expr: sympy.Expr) -> str:
+        """An index expression (in the loop variables and sizes) as Triton source, in the flat
+        positions of the loops being emitted where that takes fewer divisions (`flat_offset`).
+        Records bounds of the values it computes (`index_bounds`)."""
+        loops = (self.outer_loop,)
+        if self.loop_ranges:
+            loops += (inner_loop(self.loop_ranges),)
+        expr = flat_offset(sympy.sympify(expr), loops)
+        maxima = {ind: sympy.Integer(0) for ind in self.indirect_masks}  # 64-bit (`indirect_indexing`)
+        for loop in loops:
+            maxima[loop.flat] = loop.numel - 1
+            maxima.update({var: size - 1 for var, size in zip(loop.variables, loop.sizes)})
+        self.index_bounds |= index_bounds(expr, maxima)
+        return triton_expr(expr)
+
+    def _offset(self, index: sympy.Expr) -> str:
+        """A pointer offset, parenthesized unless it is one symbol or number."""
+        text = self._index(index)
+        return text if text.isidentifier() or text.isdigit() else f"({text})"
+
     def _scalar_shape(self) -> str:
         return "[1]" if self.rank == 1 else "[1, 1]"
 
@@ -183,7 +206,7 @@ class TritonHandler(OpsHandler):
             return self.locals[name]
         masks = self._masks(index)
         # A row node's buffer is read back from memory by later loops of its own kernel.
-        pointer = f"{'out' if name in self.produced else 'in'}_{name} + {_offset(index)}"
+        pointer = f"{'out' if name in self.produced else 'in'}_{name} + {self._offset(index)}"
         if not masks:  # one element for every lane: a scalar load, always in bounds
             return self._var(f"tl.load({pointer})")
         return self._var(f"tl.load({pointer}, {' & '.join(masks)})")
@@ -227,7 +250,7 @@ class TritonHandler(OpsHandler):
         self.locals[name] = value
         if name not in self.outputs:
             return
-        offset = _offset(index)
+        offset = self._offset(index)
         masks = self._masks(index)
         if "xmask" not in masks:  # broadcast the pointer over the outer points: a block store
             offset = f"{offset} + tl.zeros_like(xindex)"
@@ -278,8 +301,8 @@ class TritonHandler(OpsHandler):
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
         target = tl_dtype(dtype, self._where())
         if not self._masks(expr):  # sizes only: a scalar
-            return self._var(f"tl.full({self._scalar_shape()}, {triton_expr(expr)}, {target})")
-        return self._var(f"({triton_expr(expr)}).to({target})")
+            return self._var(f"tl.full({self._scalar_shape()}, {self._index(expr)}, {target})")
+        return self._var(f"({self._index(expr)}).to({target})")
 
     def to_dtype(self, x: str, dtype: torch.dtype) -> str:
         return self._var(f"{x}.to({tl_dtype(dtype, self._where())})")
@@ -296,7 +319,7 @@ class TritonHandler(OpsHandler):
         where = f"buffer {self.current}" + (f" (from {', '.join(self.origins)})" if self.origins else "")
         self.checks.append(CheckSite(IndexError, f"{where}: an index is out of bounds for a dimension of size "
                                                  "{size} (after wrapping negative indices)", sympy.sympify(size)))
-        bound = triton_expr(size)
+        bound = self._index(size)
         inside = f"inside_{symbol}"
         self.indirect_masks[symbol] = self.loop_masks + (inside,)
         failed = f"failed_{symbol}"

@@ -2,10 +2,13 @@
 
 A kernel's outer ranges are flattened into one program axis: program `pid` computes the outer
 points ``xindex = pid * XBLOCK + arange(XBLOCK)`` (masked by ``xindex < xnumel``) and recovers
-``i0, i1, ...`` with `//` and `%`. Each reduction node then loops over its flattened reduction
-ranges in chunks of RBLOCK, recovering ``r0, r1, ...`` the same way. Parameters are
-``in_<buffer>`` pointers for inputs, ``out_<buffer>`` pointers for outputs, one int per size
-symbol, then the block sizes. Buffers that never leave the kernel stay in registers.
+those of ``i0, i1, ...`` its accesses still use with `//` and `%` (contiguous ones index with
+``xindex`` itself: see `indexing.py`). Each reduction node then loops over its flattened
+reduction ranges in chunks of RBLOCK, with ``r0, r1, ...`` and ``rindex`` the same way. Index
+arithmetic is int32 when every index value fits, else int64 (symbolic sizes: an ``INDEX_64``
+constexpr the launcher sets; see `kernel_function`). Parameters are ``in_<buffer>`` pointers
+for inputs, ``out_<buffer>`` pointers for outputs, one int per size symbol, then the block
+sizes. Buffers that never leave the kernel stay in registers.
 
 A *row node* (loopir's `Kernel.is_row`: pointwise work over the rows of the kernel's reduction,
 as in softmax or layer norm) gets its own loop over the row ranges in RBLOCK chunks, storing
@@ -17,14 +20,17 @@ later loop that loads it computes it again, inline (see `TritonHandler._recomput
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from collections.abc import Sequence
 
 import sympy
 
-from kiln.loopir import ComputedBuffer, FloorDiv, Kernel, Reduction, index_vars
+from kiln.loopir import ComputedBuffer, Kernel, Reduction, index_vars
 
 from .handler import CheckSite, TritonHandler, tl_dtype
+from .indexing import FlatLoop, IndexWidth, index_width, inner_loop, outer_loop
 from .options import TritonCodegenError
 from .printer import triton_expr
 
@@ -39,8 +45,8 @@ from kiln.codegen_triton._internal.device_functions import libdevice
 '''
 
 RESERVED = frozenset({
-    "xnumel", "xoffset", "xindex", "xmask", "rnumel", "roffset", "rindex", "rmask",
-    "XBLOCK", "RBLOCK", "tl", "triton", "kiln_device", "libdevice", "kiln_status",
+    "xnumel", "xoffset", "xindex", "xmask", "rnumel", "roffset", "rbase", "rindex", "rmask",
+    "XBLOCK", "RBLOCK", "INDEX_64", "tl", "triton", "kiln_device", "libdevice", "kiln_status",
 })
 
 
@@ -52,18 +58,11 @@ def _product(sizes: Sequence[sympy.Expr]) -> sympy.Expr:
     return sympy.Mul(*sizes) if sizes else sympy.Integer(1)
 
 
-def _unflatten_lines(flat: str, variables: Sequence[sympy.Symbol], sizes: Sequence[sympy.Expr]) -> list[str]:
-    """Statements defining each variable (of a size other than 1) from a flat position."""
-    position = sympy.Symbol(flat, integer=True, nonnegative=True)
-    lines = []
-    for dim, (var, size) in enumerate(zip(variables, sizes)):
-        if size == 1:
-            continue
-        value = FloorDiv(position, _product(sizes[dim + 1:]))
-        if dim > 0:
-            value = sympy.Mod(value, size, evaluate=False)
-        lines.append(f"{var} = {_unparenthesized(triton_expr(value))}")
-    return lines
+def _unflatten_lines(loop: FlatLoop, body: Sequence[str]) -> list[str]:
+    """Statements defining the variables of `loop` that `body` uses, from its flat position."""
+    used = set(re.findall(r"\b[ir]\d+\b", "\n".join(body)))
+    return [f"{var} = {_unparenthesized(triton_expr(value))}"
+            for var, value in loop.unflattening().items() if var.name in used]
 
 
 def _unparenthesized(text: str) -> str:
@@ -90,12 +89,11 @@ def _node_header(node: ComputedBuffer) -> str:
     return header
 
 
-def _loop_lines(variables: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], body: list[str]) -> list[str]:
-    """A loop over the flattened `ranges` in RBLOCK chunks, defining `variables` for `body`."""
+def _loop_lines(ranges: Sequence[sympy.Expr], body: list[str]) -> list[str]:
+    """A loop over the flattened `ranges` in RBLOCK chunks, defining r0, r1, ... for `body`."""
     rnumel = _unparenthesized(triton_expr(_product(ranges)))
-    loop = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :].to(tl.int64)",
-            "rmask = rindex < rnumel"]
-    loop += _unflatten_lines("rindex", variables, ranges)
+    loop = ["rindex = roffset + rbase", "rmask = rindex < rnumel"]
+    loop += _unflatten_lines(inner_loop(ranges), body)
     loop += body
     return [f"rnumel = {rnumel}", "for roffset in range(0, rnumel, RBLOCK):"] + ["    " + line for line in loop]
 
@@ -117,8 +115,7 @@ def _node_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) ->
     handler.cache = saved_cache  # values computed inside the loop are out of scope after it
     ranges = ", ".join(str(r) for r in node.reduction_ranges)
     lines = [f"{_node_header(node)}: {red.reduction_type} over [{ranges}]", *red.init]
-    rvars = index_vars(len(node.reduction_ranges), "r")
-    return lines + _loop_lines(rvars, node.reduction_ranges, red.body) + handler.lines
+    return lines + _loop_lines(node.reduction_ranges, red.body) + handler.lines
 
 
 def _read_later(kernel: Kernel, node: ComputedBuffer) -> bool:
@@ -149,7 +146,7 @@ def _row_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) -> 
     handler.cache, handler.locals = saved_cache, saved_locals
     ranges = ", ".join(str(r) for r in kernel.row_ranges)
     lines = [f"{_node_header(node)}: row loop over [{ranges}]"]
-    lines += _loop_lines(index_vars(len(kernel.row_ranges), "r"), kernel.row_ranges, body)
+    lines += _loop_lines(kernel.row_ranges, body)
     if _read_later(kernel, node):
         lines.append("tl.debug_barrier()  # the row's stores are visible to every thread's later loads")
     return lines
@@ -163,9 +160,57 @@ def _check_names(kernel: Kernel) -> None:
                                      "the generated kernel defines; rename the symbol")
 
 
-def kernel_function(kernel: Kernel) -> tuple[str, tuple[CheckSite, ...]]:
-    """The `@triton.jit` definition of one kernel, and its run-time checks (when there are any,
-    the kernel takes a `kiln_status` pointer after the size symbols)."""
+def _spans(kernel: Kernel) -> list[sympy.Expr]:
+    """Sizes the kernel computes with: each buffer's extent in elements, each loop's numel."""
+    spans = [sympy.Add(1, *((size - 1) * abs(stride) for size, stride in zip(spec.size, spec.stride)))
+             for spec in (*kernel.inputs, *kernel.outputs)]
+    xnumel = _product(kernel.ranges)
+    spans += [xnumel * _product(node.reduction_ranges) for node in kernel.nodes]
+    return spans + [xnumel * _product(kernel.row_ranges)]
+
+
+def _prologue(kernel: Kernel, reduction: bool, width: IndexWidth, body: Sequence[str]) -> list[str]:
+    """Where the program's outer points are, and the outer variables `body` uses.
+
+    Positions are int32 (as `tl.program_id` and `tl.arange` give them) or int64 (see
+    `IndexWidth`); chosen at launch, ``INDEX_64`` also widens the size arguments, which
+    Triton passes as int32 when they fit (their products might not).
+    """
+    lines = []
+    if width.bits is None:
+        lines.append("if INDEX_64:  # chosen at launch: some index value may reach 2**31")
+        lines += [f"    {s.name} = tl.full([], {s.name}, tl.int64)" for s in kernel.symbols]
+        widen = ".to(tl.int64 if INDEX_64 else tl.int32)"
+    else:
+        widen = ".to(tl.int64)" if width.bits == 64 else ""
+    arange = "tl.arange(0, XBLOCK)[:, None]" if reduction else "tl.arange(0, XBLOCK)"
+    lines += [f"xnumel = {_unparenthesized(triton_expr(_product(kernel.ranges)))}",
+              f"xoffset = tl.program_id(0){widen} * XBLOCK",
+              f"xindex = xoffset + {arange}",
+              "xmask = xindex < xnumel"]
+    if reduction:
+        lines.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{widen}")
+    return lines + _unflatten_lines(outer_loop(kernel.ranges), body)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LaunchInfo:
+    """What launching a generated kernel needs beyond its loopir `Kernel`: its run-time checks
+    (when there are any, it takes a `kiln_status` pointer after the size symbols) and, when
+    its index width is chosen at launch, the bounds to choose it by (it then takes an
+    ``INDEX_64`` constexpr after the block sizes)."""
+
+    checks: tuple[CheckSite, ...]
+    index_bounds: tuple[sympy.Expr, ...]
+
+
+def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
+    """The `@triton.jit` definition of one kernel, and what launching it needs.
+
+    Index arithmetic is 32-bit when every index value the kernel computes has a constant bound
+    below 2**31 (minus a block), 64-bit when one does not, and chosen by the launcher for
+    each call's sizes when the bounds depend on size symbols (see `indexing.index_width`).
+    """
     _check_names(kernel)
     reduction = has_reduction(kernel)
     for spec in (*kernel.inputs, *kernel.outputs):
@@ -175,24 +220,21 @@ def kernel_function(kernel: Kernel) -> tuple[str, tuple[CheckSite, ...]]:
     ivars = index_vars(len(kernel.ranges))
     rvars = {v for node in kernel.nodes for v in index_vars(len(node.reduction_ranges), "r")}
     handler = TritonHandler(kernel, 2 if reduction else 1, frozenset(ivars) | frozenset(rvars))
-    arange = "tl.arange(0, XBLOCK)[:, None]" if reduction else "tl.arange(0, XBLOCK)"
-    body = [f"xnumel = {_unparenthesized(triton_expr(_product(kernel.ranges)))}",
-            "xoffset = tl.program_id(0).to(tl.int64) * XBLOCK",
-            f"xindex = xoffset + {arange}",
-            "xmask = xindex < xnumel"]
-    body += _unflatten_lines("xindex", ivars, kernel.ranges)
-    for node in kernel.nodes:
-        body += _node_lines(handler, node, kernel)
+    body = [line for node in kernel.nodes for line in _node_lines(handler, node, kernel)]
+    width = index_width([*handler.index_bounds, *_spans(kernel)], kernel.symbols)
+    body = _prologue(kernel, reduction, width, body) + body
     params += ["kiln_status"] if handler.checks else []
     params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if reduction else [])
+    params += ["INDEX_64: tl.constexpr"] if width.bits is None else []
     signature = ", ".join(params)
     lines = ["@triton.jit", f"def {kernel.name}({signature}):"]
-    return "\n".join(lines + ["    " + line for line in body]), tuple(handler.checks)
+    text = "\n".join(lines + ["    " + line for line in body])
+    return text, LaunchInfo(tuple(handler.checks), width.bounds)
 
 
-def kernel_graph_source(kernels: Sequence[Kernel]) -> tuple[str, dict[str, tuple[CheckSite, ...]]]:
-    """One Python module holding every kernel of a kernel graph, and each kernel's checks."""
+def kernel_graph_source(kernels: Sequence[Kernel]) -> tuple[str, dict[str, LaunchInfo]]:
+    """One Python module holding every kernel of a kernel graph, and each kernel's `LaunchInfo`."""
     functions = [kernel_function(k) for k in kernels]
     log.debug("generated %d Triton kernels", len(functions))
     source = HEADER + "".join("\n\n" + text + "\n" for text, _ in functions)
-    return source, {k.name: checks for k, (_, checks) in zip(kernels, functions)}
+    return source, {k.name: info for k, (_, info) in zip(kernels, functions)}

@@ -21,6 +21,7 @@ import torch
 from kiln.loopir import Kernel, Reduction, index_vars
 
 from .handler import CheckSite
+from .indexing import INT32_LIMIT
 from .kernel_source import has_reduction
 from .launch import DirectLauncher
 from .options import TritonCodegenError, TritonOptions
@@ -81,7 +82,7 @@ class _Plan:
     in_strides: tuple[tuple[int, ...], ...]
     empty: bool  # no outer point: nothing to launch
     grid: tuple[int]
-    blocks: tuple[int, ...]  # XBLOCK (, RBLOCK): the constexpr arguments, in signature order
+    blocks: tuple[int, ...]  # XBLOCK (, RBLOCK) (, INDEX_64): the constexpr arguments, in signature order
     launch: dict[str, int]  # the same as keywords for JITFunction[grid](...), plus num_warps
     size_key: tuple  # the sizes' part of the specialization key (see DirectLauncher)
 
@@ -90,10 +91,13 @@ class TritonKernel:
     """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, launching a generated Triton kernel."""
 
     def __init__(self, kernel: Kernel, jit_function: Any, options: TritonOptions,
-                 checks: Sequence[CheckSite] = ()) -> None:
+                 checks: Sequence[CheckSite] = (), index_bounds: Sequence[sympy.Expr] = ()) -> None:
         self.__name__ = kernel.name
         self.kernel = kernel
         self.checks = tuple(checks)  # run-time checks: the kernel then takes a `kiln_status` buffer
+        # Bounds of the kernel's index values in its size symbols: the kernel then takes an
+        # INDEX_64 constexpr, set when one reaches INT32_LIMIT (see `kernel_source.LaunchInfo`).
+        self.index_bounds = tuple(index_bounds)
         self.jit_function = jit_function
         self.options = options
         self.reduction = has_reduction(kernel)
@@ -105,7 +109,7 @@ class TritonKernel:
         self._in_dtypes = tuple(i.dtype for i in kernel.inputs)
         self._layouts = _host_function(kernel, [o.size for o in kernel.outputs] + [o.stride for o in kernel.outputs]
                                        + [i.size for i in kernel.inputs] + [i.stride for i in kernel.inputs]
-                                       + [[_numel(kernel.ranges)] + rnumels])
+                                       + [[_numel(kernel.ranges)] + rnumels, self.index_bounds])
         self._plans: dict[tuple, _Plan] = {}
         self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
 
@@ -147,16 +151,18 @@ class TritonKernel:
         n_out, n_in = len(self.kernel.outputs), self._n_in
         out_layouts = tuple(zip(rows[:n_out], rows[n_out:2 * n_out], (o.dtype for o in self.kernel.outputs)))
         in_rows = rows[2 * n_out:]
-        xnumel, *rnumels = rows[-1]
-        launch = {"num_warps": self.options.num_warps}
+        xnumel, *rnumels = rows[-2]
+        blocks = {}
         if self.reduction:
-            launch["XBLOCK"], launch["RBLOCK"] = self._reduction_blocks(xnumel, max(rnumels, default=1))
+            blocks["XBLOCK"], blocks["RBLOCK"] = self._reduction_blocks(xnumel, max(rnumels, default=1))
         else:
-            launch["XBLOCK"] = _block(xnumel, self.options.xblock)
-        blocks = (launch["XBLOCK"], launch["RBLOCK"]) if self.reduction else (launch["XBLOCK"],)
+            blocks["XBLOCK"] = _block(xnumel, self.options.xblock)
+        if self.index_bounds:
+            blocks["INDEX_64"] = max(rows[-1]) >= INT32_LIMIT
+        launch = {"num_warps": self.options.num_warps, **blocks}
         plan = _Plan(sizes, out_layouts, in_rows[:n_in], in_rows[n_in:2 * n_in], xnumel == 0,
-                     (-(-xnumel // launch["XBLOCK"]),), blocks, launch,
-                     (blocks, tuple(_int_class(s) for s in sizes)))
+                     (-(-xnumel // launch["XBLOCK"]),), tuple(blocks.values()), launch,
+                     (tuple(blocks.values()), tuple(_int_class(s) for s in sizes)))
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
         self._plans[size_args] = plan
