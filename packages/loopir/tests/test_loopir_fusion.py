@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import sympy
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -233,8 +234,6 @@ def test_lazy_value_used_by_one_node_is_inlined_not_stored(check):
     assert len(kernel.nodes) == 1  # exp and mul live inside the reduction's body
 
 
-@pytest.mark.xfail(strict=True, reason="fusion across loop nests of the same numel but different "
-                   "ranges ([24] vs [4, 6]) needs range merging; not done yet")
 def test_reshaped_consumer_fuses(check):
     def f(x):
         y = x.exp()
@@ -242,3 +241,23 @@ def test_reshaped_consumer_fuses(check):
 
     kg = check(f, torch.randn(4, 6))
     assert len(kg.kernels) == 1
+
+
+def test_bias_add_then_gelu_through_a_reshape_is_one_kernel(check):
+    """BERT's intermediate layer: mm + bias over [512, 64] viewed as [4, 128, 64] for GELU."""
+    def f(x, b):
+        h = (x + b).view(4, 128, 64)
+        return (h * 0.5 * (1 + torch.erf(h * 0.7071067811865476))).view(512, 64)
+
+    kg = check(f, torch.randn(512, 64), torch.randn(64))
+    (kernel,) = kg.kernels
+    assert len(kernel.nodes) == 2 and kernel.temporaries  # the sum stays in a register
+
+
+def test_merged_placement_skips_size_one_dims():
+    from kiln.loopir._internal.ir import merged_index
+    i0, i1, i2 = sympy.symbols("i0 i1 i2", integer=True, nonnegative=True)
+    assert merged_index([3], [3, 1]) == (i0,)
+    assert merged_index([12, 5], [3, 4, 5]) == (4 * i0 + i1, i2)
+    assert merged_index([1, 12], [3, 4]) == (0, 4 * i0 + i1)
+    assert merged_index([5, 12], [3, 4, 5]) is None  # not consecutive products

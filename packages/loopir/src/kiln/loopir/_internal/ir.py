@@ -149,15 +149,44 @@ def is_row_of(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence
     return same_exprs(_varying(node.ranges), _varying(ranges) + _varying(row_ranges))
 
 
+def merged_index(node_ranges: Sequence[Expr], ranges: Sequence[Expr]) -> tuple[Expr, ...] | None:
+    """When each of `node_ranges` is the product of consecutive `ranges` (constant sizes,
+    e.g. a `[512, 1024]` node in a `[4, 128, 1024]` loop nest), the node's index in the loop
+    variables: ``(128*i0 + i1, i2)``; else None. Size-1 dims take no variable."""
+    if not all(sympy.sympify(r).is_Integer for r in [*node_ranges, *ranges]):
+        return None
+    ivars = index_vars(len(ranges))
+    index: list[Expr] = []
+    position = 0
+    for extent in map(int, node_ranges):
+        term, product = sympy.Integer(0), 1
+        while product < extent and position < len(ranges):
+            size = int(ranges[position])
+            if size != 1:
+                term, product = term * size + ivars[position], product * size
+            position += 1
+        if product != extent:
+            return None
+        index.append(sympy.expand(term))
+    if any(int(r) != 1 for r in ranges[position:]):
+        return None
+    return tuple(index)
+
+
 def placement(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr]
               ) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
     """The (index, rindex) to run `node` with inside a kernel whose outer loops iterate
     `ranges` (variables i0, i1, ...) and whose row loops iterate `row_ranges` (r0, r1, ...).
 
     Outer nodes (pointwise or reductions over `ranges`) get the outer variables; a row node
-    (see `is_row_of`) gets the varying outer variables followed by the row variables.
+    (see `is_row_of`) gets the varying outer variables followed by the row variables; a
+    pointwise node over merged outer dims (see `merged_index`) gets their flat positions.
     """
     ivars = index_vars(len(ranges))
+    if not same_exprs(node.ranges, ranges) and isinstance(node.body, Pointwise):
+        merged = merged_index(node.ranges, ranges)
+        if merged is not None and not is_row_of(node, ranges, row_ranges):
+            return merged, ()
     if not is_row_of(node, ranges, row_ranges) or same_exprs(node.ranges, ranges):
         return ivars, index_vars(len(node.reduction_ranges), "r")
     varying = [v for v, r in zip(ivars, ranges) if r != 1]

@@ -13,7 +13,7 @@ import logging
 
 import sympy
 
-from .ir import BufferSpec, ComputedBuffer, Kernel, Reduction, is_row_of, placement
+from .ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction, is_row_of, merged_index, placement
 from .lower import ExternCall, LoweredGraph
 from .ops import ReadsWrites
 from .sizes import free_size_symbols, same_exprs
@@ -72,7 +72,8 @@ def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool) -> tup
     row = False
     if not same_exprs(group.ranges, node.ranges):
         row = fuse_rows and is_row_of(node, group.ranges, group.row_ranges)
-        if not row:
+        merged = isinstance(node.body, Pointwise) and merged_index(node.ranges, group.ranges) is not None
+        if not row and not merged:
             return f"ranges {list(node.ranges)} differ from the kernel's {list(group.ranges)}", False
     for access in group.accesses(node).reads:
         stored = group.stored.get(access.buffer)

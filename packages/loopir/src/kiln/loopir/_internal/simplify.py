@@ -34,12 +34,34 @@ Bounds = tuple[int, int] | None  # inclusive (low, high), None: unknown
 
 
 def variable_ranges(index: Sequence[Expr], ranges: Sequence[Expr]) -> dict[sympy.Symbol, int]:
-    """Constant exclusive upper bounds of the plain variables of `index` iterating `ranges`."""
+    """Constant exclusive upper bounds of the variables of `index` iterating `ranges`: plain
+    variables, and the digits of merged positions (``128*i0 + i1`` over 512: ``i1 < 128``,
+    ``i0 < 4``)."""
     found: dict[sympy.Symbol, int] = {}
-    for var, extent in zip(index, ranges):
-        if isinstance(var, sympy.Symbol) and sympy.sympify(extent).is_Integer:
-            found[var] = int(extent)
+    for entry, extent in zip(index, ranges):
+        if not sympy.sympify(extent).is_Integer:
+            continue
+        if isinstance(entry, sympy.Symbol):
+            found[entry] = int(extent)
+        else:
+            found.update(_mixed_radix(sympy.sympify(entry), int(extent)))
     return found
+
+
+def _mixed_radix(entry: Expr, extent: int) -> dict[sympy.Symbol, int]:
+    digits = []
+    for term in sympy.Add.make_args(entry):
+        coefficient, var = term.as_coeff_Mul()
+        if not (coefficient.is_Integer and int(coefficient) > 0 and isinstance(var, sympy.Symbol)):
+            return {}
+        digits.append((int(coefficient), var))
+    digits.sort(key=lambda d: d[0])
+    found = {}
+    for (weight, var), (next_weight, _) in zip(digits, [*digits[1:], (extent, None)]):
+        if next_weight % weight:
+            return {}
+        found[var] = next_weight // weight
+    return found if digits and digits[0][0] == 1 else {}
 
 
 def simplify_index(expr: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
