@@ -13,7 +13,16 @@ import logging
 
 import sympy
 
-from .ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction, is_row_of, merged_index, placement
+from .ir import (
+    BufferSpec,
+    ComputedBuffer,
+    Kernel,
+    Pointwise,
+    Reduction,
+    is_row_of,
+    merged_index,
+    placement,
+)
 from .lower import ExternCall, LoweredGraph
 from .ops import ReadsWrites
 from .sizes import free_size_symbols, same_exprs
