@@ -12,10 +12,11 @@ from ._internal.kernel_graph import KernelGraph
 from ._internal.lower import ExternCall, LoweringError
 from ._internal.ops import OPS, OpsHandler
 from ._internal.registry import supported_ops
+from ._internal.simplify import simplify_index
 from ._internal.sizes import FloorDiv, index_vars, indirect_var
 
 __all__ = [
     "lower", "verify", "supported_ops", "KernelGraph", "Kernel", "ComputedBuffer", "Pointwise",
     "Reduction", "BufferSpec", "ExternCall", "LoweringError", "OpsHandler", "OPS", "FloorDiv", "index_vars",
-    "indirect_var",
+    "indirect_var", "simplify_index",
 ]

@@ -27,11 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import sympy
 
-from kiln.loopir import FloorDiv, index_vars
-
-# Not exported by kiln.loopir yet (kiln.loopir applies it to loop bodies itself); used here on
-# index expressions rewritten in flat positions, which loopir never sees.
-from kiln.loopir._internal.simplify import simplify_index
+# simplify_index: loopir applies it to loop bodies itself; used here on index expressions
+# rewritten in flat positions, which loopir never sees.
+from kiln.loopir import FloorDiv, index_vars, simplify_index
 
 log = logging.getLogger(__name__)
 
