@@ -247,3 +247,16 @@ def test_row_temporary_read_in_a_loop_over_other_ranges_is_refused():
     with pytest.raises(TritonCodegenError, match=f"row temporary {temporary.name}, whose rows run over \\[8\\], "
                                                  "in a loop over \\[16\\]"):
         generate(bad)
+
+
+def test_masked_safe_softmax_through_a_merged_view(options):
+    def fn(scores, mask):  # aten._safe_softmax as torch decomposes it
+        x = scores + mask
+        e = (x - x.amax(-1, keepdim=True)).exp()
+        masked = (x == float("-inf")).all(-1, keepdim=True)
+        return torch.where(masked, 0.0, e / e.sum(-1, keepdim=True)).view(6, 8, 8)
+
+    mask = torch.where(torch.rand(2, 1, 8, 8) > 0.3, 0.0, float("-inf"))
+    mask[0, 0, 1] = float("-inf")
+    module, kernel = check_temporaries(fn, (torch.randn(2, 3, 8, 8), mask), options, count=2)
+    assert kernel.is_row(kernel.nodes[-1]) and kernel.nodes[-1].ranges != kernel.nodes[0].ranges  # merged dims

@@ -261,3 +261,20 @@ def test_merged_placement_skips_size_one_dims():
     assert merged_index([12, 5], [3, 4, 5]) == (4 * i0 + i1, i2)
     assert merged_index([1, 12], [3, 4]) == (0, 4 * i0 + i1)
     assert merged_index([5, 12], [3, 4, 5]) is None  # not consecutive products
+
+
+def test_masked_safe_softmax_read_through_a_merged_view_is_one_kernel(check):
+    """BERT's attention probabilities: scores + mask, _safe_softmax, viewed [B*H, S, S] for bmm.
+    The final division is a row node whose dims merge the kernel's (12*i0 + i1, i2, r0)."""
+    def f(scores, mask):  # aten._safe_softmax as torch decomposes it
+        x = scores + mask
+        e = (x - x.amax(-1, keepdim=True)).exp()
+        masked = (x == float("-inf")).all(-1, keepdim=True)
+        return torch.where(masked, 0.0, e / e.sum(-1, keepdim=True)).view(6, 8, 8)
+
+    mask = torch.where(torch.rand(2, 1, 8, 8) > 0.3, 0.0, float("-inf"))
+    mask[0, 0, 1] = float("-inf")  # a fully masked row: _safe_softmax gives zeros
+    for row_temporaries in (False, True):
+        kg = check(f, torch.randn(2, 3, 8, 8), mask, row_temporaries=row_temporaries)
+        (kernel,) = kg.kernels
+        assert kernel.is_row(kernel.nodes[-1]) and kernel.nodes[-1].ranges != kernel.nodes[0].ranges

@@ -146,16 +146,29 @@ def is_row_of(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence
     one row of a row reduction, e.g. `exp(x - amax(x, -1))` beside the amax over the last dim."""
     if not isinstance(node.body, Pointwise) or not row_ranges:
         return False
-    return same_exprs(_varying(node.ranges), _varying(ranges) + _varying(row_ranges))
+    if same_exprs(_varying(node.ranges), _varying(ranges) + _varying(row_ranges)):
+        return True
+    # the same elements with some dims merged (a [96, 512, 512] view of [8, 12, 512] x [512])
+    return _merged_row_index(node, ranges, row_ranges) is not None
 
 
-def merged_index(node_ranges: Sequence[Expr], ranges: Sequence[Expr]) -> tuple[Expr, ...] | None:
+def _merged_row_index(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr]
+                      ) -> tuple[Expr, ...] | None:
+    variables = (*index_vars(len(ranges)), *index_vars(len(row_ranges), "r"))
+    index = merged_index(node.ranges, (*ranges, *row_ranges), variables)
+    if index is None or not any(sympy.sympify(e).free_symbols & set(variables[len(ranges):]) for e in index):
+        return None
+    return index
+
+
+def merged_index(node_ranges: Sequence[Expr], ranges: Sequence[Expr],
+                 variables: Sequence[sympy.Symbol] | None = None) -> tuple[Expr, ...] | None:
     """When each of `node_ranges` is the product of consecutive `ranges` (constant sizes,
     e.g. a `[512, 1024]` node in a `[4, 128, 1024]` loop nest), the node's index in the loop
     variables: ``(128*i0 + i1, i2)``; else None. Size-1 dims take no variable."""
     if not all(sympy.sympify(r).is_Integer for r in [*node_ranges, *ranges]):
         return None
-    ivars = index_vars(len(ranges))
+    ivars = tuple(variables) if variables is not None else index_vars(len(ranges))
     index: list[Expr] = []
     position = 0
     for extent in map(int, node_ranges):
@@ -189,6 +202,8 @@ def placement(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence
             return merged, ()
     if not is_row_of(node, ranges, row_ranges) or same_exprs(node.ranges, ranges):
         return ivars, index_vars(len(node.reduction_ranges), "r")
+    if not same_exprs(_varying(node.ranges), _varying(ranges) + _varying(row_ranges)):
+        return _merged_row_index(node, ranges, row_ranges), ()
     varying = [v for v, r in zip(ivars, ranges) if r != 1]
     varying += [v for v, r in zip(index_vars(len(row_ranges), "r"), row_ranges) if r != 1]
     index = []
