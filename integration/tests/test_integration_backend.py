@@ -23,13 +23,6 @@ class Counting:
         return backend(gm, example_inputs, options=self.options)
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def silu_tanh_sum(x):
     return (x * torch.sigmoid(x) + torch.tanh(x)).sum(-1)
 

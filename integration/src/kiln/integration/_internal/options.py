@@ -3,6 +3,8 @@
 Environment variables are read here and nowhere else in kiln:
   KILN_DEBUG=<dir>      dump every stage's graph and the generated source under <dir>
   KILN_CACHE_DIR=<dir>  where generated code and shared libraries are cached
+  KILN_VERIFY_CALLS=<n> compare each compiled region with eager on its first n calls
+  KILN_FILL_UNINITIALIZED=1  fill every buffer kiln allocates with NaN before kernels write it
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ class KilnOptions:
     bias_epilogues: linear layers' `addmm(bias, x, w)` become `mm(x, w)` plus a bias add fused
         into the next kernel (True) or stay one addmm (False); None: the codegen's default
         (see `BIAS_EPILOGUES` in pipeline.py).
+    verify_calls: on each compiled region's first `verify_calls` calls, also run the region's
+        ATen ops eagerly and compare; a difference raises `RegionMismatchError` naming the first
+        kernel whose outputs differ from loopir's reference evaluator (a debug mode: slow).
+    fill_uninitialized: every kernel output is filled with NaN (integers: their largest value)
+        before the kernel writes it, so elements a kernel fails to write show (a debug mode).
     """
 
     debug_dir: pathlib.Path | None = None
@@ -50,6 +57,8 @@ class KilnOptions:
     codegen: str | None = None
     partitioner: str = "min_cut"
     bias_epilogues: bool | None = None
+    verify_calls: int = 0
+    fill_uninitialized: bool = False
 
     def __post_init__(self) -> None:
         for name in ("debug_dir", "cache_dir"):
@@ -60,6 +69,8 @@ class KilnOptions:
             raise OptionsError(f"min_region_size must be >= 1, got {self.min_region_size}")
         if self.parallel_threshold < 0:
             raise OptionsError(f"parallel_threshold must be >= 0, got {self.parallel_threshold}")
+        if self.verify_calls < 0:
+            raise OptionsError(f"verify_calls must be >= 0, got {self.verify_calls}")
         if self.partitioner not in ("min_cut", "save_all"):
             raise OptionsError(f"partitioner must be 'min_cut' or 'save_all', got {self.partitioner!r}")
 
@@ -75,6 +86,10 @@ class KilnOptions:
             values["debug_dir"] = environ["KILN_DEBUG"]
         if environ.get("KILN_CACHE_DIR"):
             values["cache_dir"] = environ["KILN_CACHE_DIR"]
+        if environ.get("KILN_VERIFY_CALLS"):
+            values["verify_calls"] = _int_variable(environ, "KILN_VERIFY_CALLS")
+        if environ.get("KILN_FILL_UNINITIALIZED"):
+            values["fill_uninitialized"] = _int_variable(environ, "KILN_FILL_UNINITIALIZED") != 0
         valid = [f.name for f in dataclasses.fields(cls)]
         for key, value in dict(overrides or {}).items():
             if key not in valid:
@@ -84,8 +99,16 @@ class KilnOptions:
 
     def triton(self) -> TritonOptions:
         extra = {"cache_dir": self.cache_dir / "triton"} if self.cache_dir is not None else {}
-        return TritonOptions(**extra)
+        return TritonOptions(fill_uninitialized=self.fill_uninitialized, **extra)
 
     def cpp(self) -> CppOptions:
         extra = {"cache_dir": self.cache_dir / "cpp"} if self.cache_dir is not None else {}
-        return CppOptions(openmp=self.openmp, parallel_threshold=self.parallel_threshold, **extra)
+        return CppOptions(openmp=self.openmp, parallel_threshold=self.parallel_threshold,
+                          fill_uninitialized=self.fill_uninitialized, **extra)
+
+
+def _int_variable(environ: Mapping[str, str], name: str) -> int:
+    try:
+        return int(environ[name])
+    except ValueError:
+        raise OptionsError(f"{name} must be an integer, got {environ[name]!r}") from None

@@ -21,6 +21,7 @@ import torch.fx as fx
 from kiln import autograd_trace, capture, codegen_cpp, codegen_triton, decomp, loopir, partition
 
 from . import codegens
+from .checked import CheckedRegion
 from .debug import DebugDump
 from .flatten import inline_regions
 from .options import KilnOptions
@@ -148,7 +149,7 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.C
         dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
         if check:
             partition.verify(parted)
-    results = _compile_regions(parted, codegen, dump, stages, check, options.fallback, prefix)
+    results = _compile_regions(parted, codegen, dump, stages, check, options, prefix)
     results.fallbacks += _outside_nodes(parted)
     return inline_regions(parted), results
 
@@ -175,7 +176,7 @@ def _regions(parted: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
 
 
 def _compile_regions(parted: fx.GraphModule, codegen: codegens.Codegen, dump: DebugDump,
-                     stages: _Stages, check: bool, fallback: bool, prefix: str = "") -> _RegionResults:
+                     stages: _Stages, check: bool, options: KilnOptions, prefix: str = "") -> _RegionResults:
     results = _RegionResults()
     sources = []
     for name, region in _regions(parted):
@@ -196,12 +197,15 @@ def _compile_regions(parted: fx.GraphModule, codegen: codegens.Codegen, dump: De
                 dump.write(f"{prefix}{name}_kernels", source, ".cpp" if codegen.name == "cpu" else ".py")
         except (loopir.LoweringError, codegen_cpp.CppCompileError, codegen_triton.TritonCodegenError,
                 NotImplementedError) as exc:
-            if not fallback:
+            if not options.fallback:
                 raise
             log.warning("kiln: region %s runs eagerly: %s", name, exc)
             results.fallbacks += tuple(FallbackNode(n.name, str(n.target), f"region failed to compile: {exc}")
                                        for n in region.graph.nodes if n.op == "call_function")
             continue
+        if options.verify_calls:  # not a GraphModule: stays a call, not inlined
+            module = CheckedRegion(name, module, region, kernel_graph.kernels, options.verify_calls,
+                                   prefix.replace("_", " "))
         setattr(parted, name, module)
         results.lowered += ops
         results.kernels += len(kernel_graph.kernels)

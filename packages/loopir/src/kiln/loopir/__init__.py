@@ -14,9 +14,10 @@ from ._internal.ops import OPS, OpsHandler
 from ._internal.registry import supported_ops
 from ._internal.simplify import simplify_index
 from ._internal.sizes import FloorDiv, index_vars, indirect_var
+from ._internal.uninitialized import fill_requested, fill_uninitialized
 
 __all__ = [
     "lower", "verify", "supported_ops", "KernelGraph", "Kernel", "ComputedBuffer", "Pointwise",
     "Reduction", "BufferSpec", "ExternCall", "LoweringError", "OpsHandler", "OPS", "FloorDiv", "index_vars",
-    "indirect_var", "simplify_index",
+    "indirect_var", "simplify_index", "fill_requested", "fill_uninitialized",
 ]

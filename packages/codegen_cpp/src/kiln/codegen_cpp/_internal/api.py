@@ -58,7 +58,8 @@ def compile(kernel_graph: KernelGraph, options: CppOptions | None = None) -> fx.
         source, checks = kernel_graph_source(list(kernel_graph.kernels), options)
         library_path, hit = build_library(source, options)
     library = load_library(library_path)
-    compiled = {k.name: CompiledKernel(k, library, options.check_strides, checks[k.name]) for k in kernel_graph.kernels}
+    compiled = {k.name: CompiledKernel(k, library, options.check_strides, checks[k.name], options.fill_uninitialized)
+                for k in kernel_graph.kernels}
     module = kernel_graph.with_kernels(compiled)
     seconds = time.perf_counter() - start
     module.meta["kiln_cpp"] = CppArtifacts(source, library_path.parent / "kernels.cpp", library_path, hit, seconds)

@@ -25,6 +25,9 @@ class CppOptions:
     vector_math: let vectorized loops call glibc's vector math library (libmvec: exp, log,
       tanh, erf, ... at most 4 ulp from the correctly rounded result); when the library is
       missing, `compile` rebuilds without it.
+    fill_uninitialized: fill every output with NaN (integers: their largest value) before the
+      kernel writes it, so an element a kernel fails to write shows (a debug mode; also on
+      under torch's deterministic mode with `fill_uninitialized_memory`, as for torch.empty).
     """
 
     cache_dir: pathlib.Path = dataclasses.field(default_factory=default_cache_dir)
@@ -35,6 +38,7 @@ class CppOptions:
     parallel_threshold: int = 32768
     check_strides: bool = True
     vector_math: bool = True
+    fill_uninitialized: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))

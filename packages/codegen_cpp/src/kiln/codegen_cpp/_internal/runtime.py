@@ -9,7 +9,7 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import Kernel
+from kiln.loopir import Kernel, fill_requested, fill_uninitialized
 
 from .checks import CheckSite, raise_failed_check
 from .printer import python_expr
@@ -96,8 +96,9 @@ class CompiledKernel:
     """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, running generated C++."""
 
     def __init__(self, kernel: Kernel, library: ctypes.CDLL, check_inputs: bool,
-                 checks: Sequence[CheckSite] = ()) -> None:
+                 checks: Sequence[CheckSite] = (), fill: bool = False) -> None:
         self.__name__ = kernel.name
+        self.fill = fill  # CppOptions.fill_uninitialized
         self.kernel = kernel
         self.checks = tuple(checks)  # run-time checks: the function then takes an int32_t* status
         self._function = getattr(library, kernel.name)
@@ -118,6 +119,8 @@ class CompiledKernel:
             self._layouts.check(inputs, sizes)
         outputs = tuple(torch.empty(size, dtype=spec.dtype, device="cpu")
                         for size, spec in zip(self._output_sizes(*sizes), self.kernel.outputs))
+        if fill_requested(self.fill):
+            fill_uninitialized(outputs)
         pointers = [t.data_ptr() for t in inputs] + [t.data_ptr() for t in outputs]
         if not self.checks:
             self._function(*pointers, *sizes)

@@ -35,6 +35,9 @@ class TritonOptions:
     check_inputs: check input dtypes, devices and strides against the kernel on every call.
     device: where outputs of kernels without tensor inputs are allocated; None means "cuda"
         when torch sees a GPU, else "cpu" (kernels with inputs use their first input's device).
+    fill_uninitialized: fill every output with NaN (integers: their largest value) before the
+        kernel writes it, so an element a kernel fails to write shows (a debug mode; also on
+        under torch's deterministic mode with `fill_uninitialized_memory`, as for torch.empty).
 
     Block sizes are upper bounds: each launch uses the next power of two of the work it has,
     capped by these.
@@ -48,6 +51,7 @@ class TritonOptions:
     num_warps: int = 4
     check_inputs: bool = True
     device: str | None = None
+    fill_uninitialized: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))

@@ -18,7 +18,7 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import Kernel, Reduction, index_vars
+from kiln.loopir import Kernel, Reduction, fill_requested, fill_uninitialized, index_vars
 
 from .handler import CheckSite
 from .indexing import INT32_LIMIT
@@ -124,6 +124,8 @@ class TritonKernel:
         device = inputs[0].device if inputs else self._default_device()
         outputs = tuple(torch.empty_strided(size, stride, dtype=dtype, device=device)
                         for size, stride, dtype in plan.out_layouts)
+        if fill_requested(self.options.fill_uninitialized):
+            fill_uninitialized(outputs)
         if plan.empty:
             return outputs
         status = (torch.zeros(1, dtype=torch.int32, device=device),) if self.checks else ()
