@@ -278,3 +278,17 @@ def test_masked_safe_softmax_read_through_a_merged_view_is_one_kernel(check):
         kg = check(f, torch.randn(2, 3, 8, 8), mask, row_temporaries=row_temporaries)
         (kernel,) = kg.kernels
         assert kernel.is_row(kernel.nodes[-1]) and kernel.nodes[-1].ranges != kernel.nodes[0].ranges
+
+
+def test_placement_pins_the_variables_of_size_one_outer_ranges(check):
+    """A [16, 8] node in a kernel over [1, 16, 8] (a batch sum kept as [1, S, D]) runs at
+    (i1, i2); i0, whose range is 1, appears in no placement (codegens need not define it)."""
+    kg = check(lambda x: (x.sum(0, keepdim=True), x[0] * 2), torch.randn(4, 16, 8))
+    (kernel,) = kg.kernels
+    i0, i1, i2 = sympy.symbols("i0 i1 i2", integer=True, nonnegative=True)
+    assert list(kernel.ranges) == [1, 16, 8]
+    assert kernel.placement(kernel.nodes[1])[0] == (i1, i2)
+    for node in kernel.nodes:
+        index, _ = kernel.placement(node)
+        assert not any(i0 in sympy.sympify(e).free_symbols for e in index)
+        assert kernel.accesses(node).writes[0].index.free_symbols >= {i1, i2}

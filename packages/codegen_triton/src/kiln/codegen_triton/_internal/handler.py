@@ -138,6 +138,7 @@ class TritonHandler(OpsHandler):
         self.constants: dict[str, Any] = {}  # variable -> Python value of an ops.constant
         self.outputs = {o.name for o in kernel.outputs}
         self.produced = {n.name for n in kernel.nodes}
+        self.numels = {n.name: sympy.Mul(*n.spec.size) for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
         self.current = ""  # name of the buffer being emitted, for error messages
         # Masks of the loop being emitted (kernel_source sets them): what an indirect index, a
@@ -250,12 +251,30 @@ class TritonHandler(OpsHandler):
         self.locals[name] = value
         if name not in self.outputs:
             return
+        self._check_coverage(name, index)
         offset = self._offset(index)
         masks = self._masks(index)
         if "xmask" not in masks:  # broadcast the pointer over the outer points: a block store
             offset = f"{offset} + tl.zeros_like(xindex)"
         mask = " & ".join(["xmask"] + [m for m in masks if m != "xmask"])
         self.lines.append(f"tl.store(out_{name} + {offset}, {value}, {mask})")
+
+    def _check_coverage(self, name: str, index: sympy.Expr) -> None:
+        """The store of output `name` reaches as many positions as the buffer has elements.
+
+        Each program stores at the points of the loops it runs; an index that leaves out a
+        varying loop variable (or pins one to 0) stores some elements several times and never
+        writes others, which then hold whatever the allocator's memory held.
+        """
+        ranges = dict(zip(index_vars(len(self.kernel.ranges)), self.kernel.ranges))
+        ranges.update(zip(index_vars(len(self.loop_ranges), "r"), self.loop_ranges))
+        used = sympy.sympify(index).free_symbols & set(ranges)
+        reached = sympy.Mul(*(ranges[v] for v in used))
+        numel = self.numels[name]
+        if reached.is_Integer and numel.is_Integer and reached < numel:
+            raise TritonCodegenError(f"{self._where()}: stores {name} at {index}, which reaches {reached} "
+                                     f"positions, but {name} has {numel} elements: the rest would never be "
+                                     "written")
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
         """Ends the loop body: what was emitted so far runs once per RBLOCK chunk."""

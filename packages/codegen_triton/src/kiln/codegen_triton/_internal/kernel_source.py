@@ -77,11 +77,6 @@ def _unparenthesized(text: str) -> str:
     return text[1:-1]
 
 
-def _bound_index(variables: Sequence[sympy.Symbol], sizes: Sequence[sympy.Expr]) -> tuple[sympy.Expr, ...]:
-    """Index variables as passed to loop bodies: a dimension of size 1 is the constant 0."""
-    return tuple(sympy.Integer(0) if size == 1 else var for var, size in zip(variables, sizes))
-
-
 def _node_header(node: ComputedBuffer) -> str:
     header = f"# {node.spec}"
     if node.origins:
@@ -105,10 +100,10 @@ def _node_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) ->
     handler.lines = []
     handler.current, handler.origins = node.name, node.origins
     saved_cache = dict(handler.cache)
-    index, rindex = kernel.placement(node)
     handler.loop_masks = ("xmask", "rmask") if isinstance(node.body, Reduction) else ("xmask",)
     handler.loop_ranges = node.reduction_ranges
-    node.run(handler, _bound_index(index, kernel.ranges), _bound_index(rindex, node.reduction_ranges))
+    # Placement pins the variables of size-1 outer ranges; `run` those of size-1 node ranges.
+    node.run(handler, *kernel.placement(node))
     if not isinstance(node.body, Reduction):
         return [_node_header(node)] + handler.lines
     red = handler.pending_reduction

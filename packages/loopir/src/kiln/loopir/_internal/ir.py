@@ -194,7 +194,18 @@ def placement(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence
     Outer nodes (pointwise or reductions over `ranges`) get the outer variables; a row node
     (see `is_row_of`) gets the varying outer variables followed by the row variables; a
     pointwise node over merged outer dims (see `merged_index`) gets their flat positions.
+    The variable of a size-1 outer range is the constant 0 wherever it would appear, so
+    codegens need define only the variables that vary.
     """
+    index, rindex = _placement(node, ranges, row_ranges)
+    unit = {var: 0 for var, size in zip(index_vars(len(ranges)), ranges) if size == 1}
+    if unit:
+        index = tuple(sympy.sympify(e).subs(unit) for e in index)
+    return index, rindex
+
+
+def _placement(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr]
+               ) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
     ivars = index_vars(len(ranges))
     if not same_exprs(node.ranges, ranges) and isinstance(node.body, Pointwise):
         merged = merged_index(node.ranges, ranges)
