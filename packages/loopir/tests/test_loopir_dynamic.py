@@ -156,3 +156,15 @@ def test_size_symbols_are_read_from_sizes_before_strides():
     reads = [(n.target, n.args[1]) for n in kg.gm.graph.nodes if n.op == "call_function"
              and n.target in (aten.sym_size.int, aten.sym_stride.int)]
     assert sorted(reads, key=lambda r: r[1]) == [(aten.sym_size.int, 0), (aten.sym_size.int, 1)]
+
+
+def test_input_traced_expanded_and_given_materialized_is_expanded_again():
+    """An input traced with a stride of 0 (an expanded tensor) but given with its elements laid
+    out (as an eager op between regions may return it) is re-expanded, not copied into
+    overlapping memory (which torch refuses)."""
+    row = torch.randn(1, 6)
+    gm = make_fx(lambda x: x * 2)(row.expand(4, 6))
+    kg = lower(gm)
+    assert list(kg.kernels[0].inputs[0].stride) == [0, 1]
+    given = row.expand(4, 6).contiguous()
+    torch.testing.assert_close(kg(given), given * 2)

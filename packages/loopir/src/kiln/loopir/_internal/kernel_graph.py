@@ -45,7 +45,15 @@ def ensure_layout(tensor: torch.Tensor, stride: list[int]) -> torch.Tensor:
         return tensor
     log.debug("input of shape %s has strides %s, kernels expect %s: copying", tuple(tensor.shape), actual,
               tuple(stride))
-    return torch.empty_strided(tensor.shape, stride, dtype=tensor.dtype, device=tensor.device).copy_(tensor)
+    # A traced stride of 0 (an expanded input) reads one element along that dim: copy that
+    # slice into a layout with the other strides, then expand it (a copy into overlapping
+    # memory is refused).
+    broadcast = [dim for dim, (st, n) in enumerate(zip(stride, tensor.shape)) if st == 0 and n > 1]
+    source = tensor
+    for dim in broadcast:
+        source = source.narrow(dim, 0, 1)
+    copy = torch.empty_strided(source.shape, stride, dtype=tensor.dtype, device=tensor.device).copy_(source)
+    return copy.expand(tensor.shape) if broadcast else copy
 
 
 def strided_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
