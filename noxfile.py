@@ -87,6 +87,14 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def gpu_check(session: nox.Session) -> None:
+    """HF training gradients on a GPU, kiln and Inductor vs eager (tools/gpu_check.py; needs CUDA)."""
+    _install_all(session)
+    _install(session, "transformers")
+    session.run("python", str(ROOT / "tools" / "gpu_check.py"), *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff, and a check that no package imports a kiln package it does not declare."""
     session.install("ruff")
