@@ -8,19 +8,28 @@ import os
 import pytest
 import torch
 
-from kiln.integration import KilnOptions, OptionsError, backend, explain
+from kiln.integration import KilnOptions, OptionsError, explain
+from kiln.integration._internal.backend import _compile
 
 
 class Counting:
-    """The kiln backend, counting its calls (Dynamo silently runs eager after recompile limits)."""
+    """The kiln backend with `fallback=False` unless a test says otherwise, counting its calls
+    and the kernels it generated (Dynamo silently runs eager after recompile limits, and a
+    fallback would let a test pass with nothing compiled)."""
 
     def __init__(self, **options):
         self.calls = 0
-        self.options = options
+        self.kernels = 0
+        self.options = KilnOptions.create({"fallback": False, **options})
 
     def __call__(self, gm, example_inputs):
         self.calls += 1
-        return backend(gm, example_inputs, options=self.options)
+
+        def record(report):
+            assert report.compiled, report.reason
+            self.kernels += report.kernels
+
+        return _compile(gm, example_inputs, self.options, record)
 
 
 def silu_tanh_sum(x):
@@ -207,7 +216,7 @@ def test_triton_codegen_through_the_backend_under_the_interpreter(monkeypatch):
 
 
 def test_unknown_codegen_is_a_clear_error():
-    with pytest.raises(Exception, match="no kiln codegen for 'tpu'"):
+    with pytest.raises(Exception, match="no kiln codegen named 'tpu'"):
         torch.compile(silu_tanh_sum, backend=Counting(codegen="tpu", fallback=False))(torch.randn(2, 2))
 
 

@@ -107,7 +107,10 @@ def test_fill_uninitialized_under_torch_deterministic_mode():
 def test_debug_mode_options_from_the_environment():
     options = KilnOptions.create({}, environ={"KILN_VERIFY_CALLS": "3", "KILN_FILL_UNINITIALIZED": "1"})
     assert options.verify_calls == 3 and options.fill_uninitialized
-    assert options.cpp().fill_uninitialized and options.triton().fill_uninitialized
+    from kiln import codegen_cpp, codegen_triton
+    settings = options.codegen_settings()
+    assert codegen_cpp.CODEGEN.make_options(settings).fill_uninitialized
+    assert codegen_triton.CODEGEN.make_options(settings).fill_uninitialized
     with pytest.raises(OptionsError, match="KILN_VERIFY_CALLS must be an integer"):
         KilnOptions.create({}, environ={"KILN_VERIFY_CALLS": "yes"})
     with pytest.raises(OptionsError, match="verify_calls must be >= 0"):

@@ -106,20 +106,23 @@ def test_handler_implements_every_op():
 
 def test_public_surface():
     assert sorted(codegen_triton.__all__) == sorted(
-        ["compile", "generate", "verify", "TritonOptions", "TritonArtifacts", "TritonCodegenError"])
+        ["compile", "generate", "verify", "TritonOptions", "TritonArtifacts", "TritonCodegenError", "CODEGEN"])
 
 
-def test_entry_point_names_compile():
+def test_entry_point_names_the_codegen_plugin():
     pyproject = pathlib.Path(__file__).parents[1] / "pyproject.toml"
     entry_points = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["kiln.codegen"]
     module_name, attr = entry_points["cuda"].split(":")
-    assert getattr(__import__(module_name, fromlist=[attr]), attr) is compile
+    plugin = getattr(__import__(module_name, fromlist=[attr]), attr)
+    assert plugin is codegen_triton.CODEGEN and plugin.compile is compile and plugin.devices == ("cuda",)
+    assert plugin.capabilities.row_fusion and plugin.capabilities.bias_epilogues
+    assert plugin.make_options({"fill_uninitialized": True, "openmp": False}).fill_uninitialized
     try:
         importlib.metadata.distribution("kiln-codegen-triton")
     except importlib.metadata.PackageNotFoundError:
         return  # run from a source checkout: the pyproject is the only record of the entry point
     (installed,) = [e for e in importlib.metadata.entry_points(group="kiln.codegen") if e.name == "cuda"]
-    assert installed.load() is compile
+    assert installed.load() is plugin
 
 
 def test_row_nodes_get_their_own_loop_and_a_barrier_only_when_read_back():

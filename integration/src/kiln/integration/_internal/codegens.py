@@ -1,7 +1,10 @@
-"""Choosing a codegen: by device type, through the `kiln.codegen` entry-point group.
+"""Choosing a codegen: `kiln.loopir.Codegen` plugins registered under ``kiln.codegen``.
 
-kiln's own codegens register `cpu` (codegen_cpp) and `cuda` (codegen_triton); a third party
-adds a device by registering its own `compile(kernel_graph, options=None)` under that group.
+kiln's own codegens register `cpu` (codegen_cpp), `cuda` (codegen_triton) and `reference`
+(loopir's reference evaluator) as entry points, as a third party registers its own. A source
+tree used without installing (only `PYTHONPATH`) has no entry points: kiln's own three are
+then taken directly. A third party's plain ``compile(kernel_graph, options=None)`` function is
+accepted as a codegen of default capabilities for the device type it is named after.
 """
 
 from __future__ import annotations
@@ -9,30 +12,49 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.metadata
-import os
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from kiln import codegen_cpp, codegen_triton
+from kiln import codegen_cpp, codegen_triton, loopir
 
 from .options import KilnOptions
 
+log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "kiln.codegen"
+BUILTIN = {"cpu": codegen_cpp.CODEGEN, "cuda": codegen_triton.CODEGEN, "reference": loopir.REFERENCE_CODEGEN}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Codegen:
-    name: str
-    compile: Callable[..., torch.nn.Module]
-    options: Any  # the codegen's own options object, or None for third-party codegens
-    source_key: str  # where the codegen leaves its artifacts in module.meta
+class Selected:
+    """The codegen compiling one graph, and its options built from the backend's."""
+
+    codegen: loopir.Codegen
+    options: Any
+
+
+def as_codegen(name: str, loaded: Any) -> loopir.Codegen:
+    """An entry point's object as a `Codegen` (a bare compile function gets default capabilities)."""
+    if isinstance(loaded, loopir.Codegen):
+        return loaded
+    if callable(loaded):
+        return loopir.Codegen(name=name, devices=(name,), compile=loaded, artifacts_key=f"kiln_{name}")
+    raise TypeError(f"entry point {name!r} of {ENTRY_POINT_GROUP!r} is a {type(loaded).__name__}, "
+                    "not a kiln.loopir.Codegen or a compile function")
 
 
 @functools.lru_cache(maxsize=1)
-def registered() -> dict[str, importlib.metadata.EntryPoint]:
-    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+def registered() -> dict[str, loopir.Codegen]:
+    """Every codegen, by name (a plugin that fails to load is skipped with a warning)."""
+    found = dict(BUILTIN)
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            found[entry.name] = as_codegen(entry.name, entry.load())
+        except Exception as error:  # a broken third-party plugin must not break the backend
+            log.warning("kiln: codegen entry point %r could not be loaded: %s", entry.name, error)
+    return found
 
 
 def device_type(example_inputs: Sequence[Any]) -> str:
@@ -42,17 +64,20 @@ def device_type(example_inputs: Sequence[Any]) -> str:
     return devices[0] if devices else "cpu"
 
 
-def select(device: str, options: KilnOptions) -> Codegen:
-    """The codegen for `device` (or `options.codegen` when set), with kiln's options mapped."""
-    name = options.codegen or device
-    if name == "cpu":
-        return Codegen("cpu", codegen_cpp.compile, options.cpp(), "kiln_cpp")
-    if name == "cuda":
-        if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-            raise ValueError("codegen='cuda' on CPU tensors needs Triton's interpreter: set TRITON_INTERPRET=1 "
-                             "before triton is imported")
-        return Codegen("cuda", codegen_triton.compile, options.triton(), "kiln_triton")
-    if name in registered():
-        return Codegen(name, registered()[name].load(), None, f"kiln_{name}")
-    known = sorted({"cpu", "cuda", *registered()})
-    raise ValueError(f"no kiln codegen for {name!r}; registered under {ENTRY_POINT_GROUP!r}: {', '.join(known)}")
+def select(device: str, options: KilnOptions) -> Selected:
+    """The codegen named by `options.codegen`, else the one serving `device` (the one named
+    after it first), with its options built from the backend's."""
+    codegens = registered()
+    if options.codegen is not None:
+        codegen = codegens.get(options.codegen)
+        if codegen is None:
+            raise ValueError(f"no kiln codegen named {options.codegen!r}; registered under "
+                             f"{ENTRY_POINT_GROUP!r}: {', '.join(sorted(codegens))}")
+        codegen.check_device(device)
+    else:
+        serving = sorted((name != device, name) for name, c in codegens.items() if device in c.devices)
+        if not serving:
+            raise ValueError(f"no kiln codegen serves device {device!r}; registered under "
+                             f"{ENTRY_POINT_GROUP!r}: {', '.join(sorted(codegens))}")
+        codegen = codegens[serving[0][1]]
+    return Selected(codegen, codegen.make_options(options.codegen_settings()))

@@ -15,9 +15,6 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from kiln.codegen_cpp import CppOptions
-from kiln.codegen_triton import TritonOptions
-
 
 class OptionsError(ValueError):
     """Unknown or invalid backend option."""
@@ -34,12 +31,13 @@ class KilnOptions:
     verify: run every stage's `verify()` between stages (always on when debug_dir is set).
     openmp / parallel_threshold: C++ codegen parallelism.
     codegen: None picks the codegen by the inputs' device ("cpu": C++, "cuda": Triton); a name
-        forces one (e.g. "cuda" on CPU tensors runs Triton's interpreter, TRITON_INTERPRET=1).
+        forces one (e.g. "cuda" on CPU tensors runs Triton's interpreter, TRITON_INTERPRET=1;
+        "reference" runs kernels on loopir's reference evaluator), any `kiln.codegen` entry point.
     partitioner: how training graphs split into forward and backward: "min_cut" (recompute cheap
         ops in the backward to save activation memory) or "save_all".
     bias_epilogues: linear layers' `addmm(bias, x, w)` become `mm(x, w)` plus a bias add fused
         into the next kernel (True) or stay one addmm (False); None: the codegen's default
-        (see `BIAS_EPILOGUES` in pipeline.py).
+        (its `Capabilities.bias_epilogues`).
     verify_calls: on each compiled region's first `verify_calls` calls, also run the region's
         ATen ops eagerly and compare; a difference raises `RegionMismatchError` naming the first
         kernel whose outputs differ from loopir's reference evaluator (a debug mode: slow).
@@ -97,14 +95,9 @@ class KilnOptions:
             values[key] = value
         return cls(**values)
 
-    def triton(self) -> TritonOptions:
-        extra = {"cache_dir": self.cache_dir / "triton"} if self.cache_dir is not None else {}
-        return TritonOptions(fill_uninitialized=self.fill_uninitialized, **extra)
-
-    def cpp(self) -> CppOptions:
-        extra = {"cache_dir": self.cache_dir / "cpp"} if self.cache_dir is not None else {}
-        return CppOptions(openmp=self.openmp, parallel_threshold=self.parallel_threshold,
-                          fill_uninitialized=self.fill_uninitialized, **extra)
+    def codegen_settings(self) -> dict[str, Any]:
+        """Every option by name: what a codegen's `make_options` reads its own from."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
 def _int_variable(environ: Mapping[str, str], name: str) -> int:

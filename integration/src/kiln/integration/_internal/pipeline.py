@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from kiln import autograd_trace, capture, codegen_cpp, codegen_triton, decomp, loopir, partition
+from kiln import autograd_trace, capture, decomp, loopir, partition
 
 from . import codegens
 from .checked import CheckedRegion
@@ -28,15 +28,6 @@ from .options import KilnOptions
 from .report import FallbackNode, GraphReport
 
 log = logging.getLogger(__name__)
-
-LOOPIR_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
-# Codegens whose linear layers run as mm + a bias add fused into the next kernel by default
-# (KilnOptions.bias_epilogues): on an H200, cuBLAS runs BERT's plain mm faster than its addmm.
-BIAS_EPILOGUES = frozenset({"cuda"})
-# Codegens that keep row temporaries themselves (codegen_cpp: a scratch row per thread;
-# codegen_triton: recomputed in each loop that loads them).
-ROW_TEMPORARIES = frozenset({"cpu", "cuda"})
-
 
 class _Stages:
     def __init__(self) -> None:
@@ -54,8 +45,8 @@ def eager_reason(example_inputs: Sequence[Any]) -> str | None:
     """Why this graph cannot go through kiln's compiled path today (None: it can)."""
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in tensors
-                     if t.is_floating_point() and t.dtype not in LOOPIR_DTYPES})
-    if dtypes and all(t.dtype not in LOOPIR_DTYPES for t in tensors if t.is_floating_point()):
+                     if t.is_floating_point() and t.dtype not in loopir.SUPPORTED_DTYPES})
+    if dtypes and all(t.dtype not in loopir.SUPPORTED_DTYPES for t in tensors if t.is_floating_point()):
         return f"floating inputs are {', '.join(dtypes)}: loopir generates float32/float64 code only so far"
     return None
 
@@ -105,7 +96,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
 
 
 def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
-                      codegen: codegens.Codegen, dump: DebugDump, stages: _Stages, check: bool
+                      codegen: codegens.Selected, dump: DebugDump, stages: _Stages, check: bool
                       ) -> tuple[torch.nn.Module, _RegionResults]:
     """Joint forward+backward trace, partitioned; each half compiled by the inference pipeline.
 
@@ -131,19 +122,20 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
     return module, forward
 
 
-def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Codegen, dump: DebugDump,
+def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected, dump: DebugDump,
                  stages: _Stages, check: bool, prefix: str = "") -> tuple[fx.GraphModule, _RegionResults]:
     """decomp -> partition -> loopir -> codegen on a functional ATen graph."""
     with stages.stage(f"{prefix}decomp"):
         epilogues = options.bias_epilogues
         if epilogues is None:
-            epilogues = codegen.name in BIAS_EPILOGUES
+            epilogues = codegen.codegen.capabilities.bias_epilogues
         decomposed = decomp.decompose(aten, decomp.loop_level(bias_epilogues=epilogues))
         dump.write(f"{prefix}decomposed", lambda: decomposed.print_readable(print_output=False), ".py")
         if check:
             decomp.verify(decomposed)
     with stages.stage(f"{prefix}partition"):
-        supported = partition.supports_ops(loopir.supported_ops()) & partition.supports_dtypes(LOOPIR_DTYPES)
+        dtypes = loopir.SUPPORTED_DTYPES & codegen.codegen.capabilities.dtypes
+        supported = partition.supports_ops(loopir.supported_ops()) & partition.supports_dtypes(dtypes)
         parted = partition.partition(decomposed, supported, min_size=options.min_region_size)
         dump.write(f"{prefix}partitioned", lambda: parted.print_readable(print_output=False), ".py")
         dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
@@ -175,28 +167,25 @@ def _regions(parted: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
     return [(name, parted.get_submodule(name)) for name in called]
 
 
-def _compile_regions(parted: fx.GraphModule, codegen: codegens.Codegen, dump: DebugDump,
+def _compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: DebugDump,
                      stages: _Stages, check: bool, options: KilnOptions, prefix: str = "") -> _RegionResults:
     results = _RegionResults()
     sources = []
+    plugin = codegen.codegen
     for name, region in _regions(parted):
         ops = tuple(str(n.target) for n in region.graph.nodes if n.op == "call_function")
         try:
             with stages.stage(f"{prefix}loopir:{name}"):
-                # Row fusion needs codegens that emit row loops (kiln's own two do); row
-                # temporaries, codegens that keep rows no other kernel reads themselves.
-                kernel_graph = loopir.lower(region, fuse_rows=codegen.name in ("cpu", "cuda"),
-                                            row_temporaries=codegen.name in ROW_TEMPORARIES)
+                kernel_graph = loopir.lower(region, fuse_rows=plugin.capabilities.row_fusion,
+                                            row_temporaries=plugin.capabilities.row_temporaries)
                 if check:
                     loopir.verify(kernel_graph)
                 dump.write(f"{prefix}{name}_kernel_graph", kernel_graph.__str__)
-            with stages.stage(f"{prefix}codegen_{codegen.name}:{name}"):
-                module = codegen.compile(kernel_graph, codegen.options)
-                artifacts = module.meta.get(codegen.source_key)
-                source = getattr(artifacts, "source", "")
-                dump.write(f"{prefix}{name}_kernels", source, ".cpp" if codegen.name == "cpu" else ".py")
-        except (loopir.LoweringError, codegen_cpp.CppCompileError, codegen_triton.TritonCodegenError,
-                NotImplementedError) as exc:
+            with stages.stage(f"{prefix}codegen_{plugin.name}:{name}"):
+                module = plugin.compile(kernel_graph, codegen.options)
+                source = getattr(module.meta.get(plugin.artifacts_key), "source", "")
+                dump.write(f"{prefix}{name}_kernels", source, plugin.source_suffix)
+        except (loopir.LoweringError, NotImplementedError, *plugin.errors) as exc:
             if not options.fallback:
                 raise
             log.warning("kiln: region %s runs eagerly: %s", name, exc)

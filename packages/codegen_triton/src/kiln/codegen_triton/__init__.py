@@ -8,5 +8,6 @@ GraphModule calling the kernels. Runs on CPU tensors under the Triton interprete
 
 from ._internal.api import TritonArtifacts, compile, generate, verify
 from ._internal.options import TritonCodegenError, TritonOptions
+from ._internal.plugin import CODEGEN
 
-__all__ = ["compile", "generate", "verify", "TritonOptions", "TritonArtifacts", "TritonCodegenError"]
+__all__ = ["compile", "generate", "verify", "TritonOptions", "TritonArtifacts", "TritonCodegenError", "CODEGEN"]

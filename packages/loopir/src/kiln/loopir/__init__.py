@@ -3,14 +3,17 @@
 `lower(gm)` turns a functional ATen graph into a `KernelGraph`: fused `Kernel`s of
 `Pointwise`/`Reduction` loop bodies plus extern calls (mm, addmm, bmm). Loop bodies are
 written against an ops handler passed in explicitly; `ReadsWrites`, `Printer`, the reference
-evaluator (calling a `Kernel`) and the codegens are such handlers.
+evaluator (calling a `Kernel`) and the codegens are such handlers. A codegen describes itself to
+the backend as a `Codegen` (name, devices, options, `Capabilities`, errors), registered under the
+``kiln.codegen`` entry-point group; `REFERENCE_CODEGEN` runs kernels on the reference evaluator.
 """
 
 from ._internal.api import lower, verify
 from ._internal.ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction
 from ._internal.kernel_graph import KernelGraph
-from ._internal.lower import ExternCall, LoweringError
+from ._internal.lower import SUPPORTED_DTYPES, ExternCall, LoweringError
 from ._internal.ops import OPS, OpsHandler
+from ._internal.plugin import REFERENCE_CODEGEN, Capabilities, Codegen
 from ._internal.registry import supported_ops
 from ._internal.simplify import simplify_index
 from ._internal.sizes import FloorDiv, index_vars, indirect_var
@@ -19,5 +22,6 @@ from ._internal.uninitialized import fill_requested, fill_uninitialized
 __all__ = [
     "lower", "verify", "supported_ops", "KernelGraph", "Kernel", "ComputedBuffer", "Pointwise",
     "Reduction", "BufferSpec", "ExternCall", "LoweringError", "OpsHandler", "OPS", "FloorDiv", "index_vars",
-    "indirect_var", "simplify_index", "fill_requested", "fill_uninitialized",
+    "indirect_var", "simplify_index", "fill_requested", "fill_uninitialized", "SUPPORTED_DTYPES", "Codegen",
+    "Capabilities", "REFERENCE_CODEGEN",
 ]

@@ -1,0 +1,29 @@
+"""codegen_cpp as a kiln codegen plugin (`CODEGEN`, entry point ``kiln.codegen`` ``cpu``)."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from kiln.loopir import Capabilities, Codegen
+
+from .api import compile
+from .build import CppCompileError
+from .options import CppOptions
+
+_SETTINGS = ("openmp", "parallel_threshold", "fill_uninitialized")  # backend settings read as they are
+
+
+def options_from(settings: Mapping[str, Any]) -> CppOptions:
+    """`CppOptions` from the backend's settings (see `kiln.loopir.Codegen.make_options`)."""
+    values = {key: settings[key] for key in _SETTINGS if settings.get(key) is not None}
+    if settings.get("cache_dir") is not None:
+        values["cache_dir"] = pathlib.Path(settings["cache_dir"]) / "cpp"
+    return CppOptions(**values)
+
+
+CODEGEN = Codegen(
+    name="cpu", devices=("cpu",), compile=compile, make_options=options_from,
+    capabilities=Capabilities(row_fusion=True, row_temporaries=True),  # rows in a per-thread scratch row
+    errors=(CppCompileError,), artifacts_key="kiln_cpp", source_suffix=".cpp")

@@ -1,0 +1,38 @@
+"""codegen_triton as a kiln codegen plugin (`CODEGEN`, entry point ``kiln.codegen`` ``cuda``)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from kiln.loopir import Capabilities, Codegen
+
+from .api import compile
+from .options import TritonCodegenError, TritonOptions
+
+_SETTINGS = ("fill_uninitialized",)  # backend settings read as they are
+
+
+def options_from(settings: Mapping[str, Any]) -> TritonOptions:
+    """`TritonOptions` from the backend's settings (see `kiln.loopir.Codegen.make_options`)."""
+    values = {key: settings[key] for key in _SETTINGS if settings.get(key) is not None}
+    if settings.get("cache_dir") is not None:
+        values["cache_dir"] = pathlib.Path(settings["cache_dir"]) / "triton"
+    return TritonOptions(**values)
+
+
+def check_device(device: str) -> None:
+    """Triton compiles for GPUs; CPU tensors need its interpreter, chosen before it is imported."""
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("codegen='cuda' on CPU tensors needs Triton's interpreter: set TRITON_INTERPRET=1 "
+                         "before triton is imported")
+
+
+CODEGEN = Codegen(
+    name="cuda", devices=("cuda",), compile=compile, make_options=options_from,
+    # Row temporaries are recomputed in each loop that loads them. On an H200, cuBLAS runs
+    # BERT's plain mm faster than its addmm: linears become mm + a bias add in the next kernel.
+    capabilities=Capabilities(row_fusion=True, row_temporaries=True, bias_epilogues=True),
+    errors=(TritonCodegenError,), artifacts_key="kiln_triton", source_suffix=".py", check_device=check_device)
