@@ -100,3 +100,38 @@ def test_capabilities_decide_the_lowering(monkeypatch):
     fused = explain(lambda t: torch.softmax(t, -1), x, options={"codegen": "reference", "fallback": False})
     unfused = explain(lambda t: torch.softmax(t, -1), x, options={"codegen": "plain", "fallback": False})
     assert fused.kernel_count == 1 and unfused.kernel_count > 1
+
+
+def test_custom_lowering_table_reaches_the_partitioner_and_loopir():
+    """A table without relu: the partitioner keeps relu out of loopir's regions (an eager op
+    between kernels), where the default table makes it a kernel."""
+    table = loopir.Lowerings({op: lowering for op, lowering in loopir.default_lowerings().items()
+                              if op is not torch.ops.aten.relu.default})
+    assert torch.ops.aten.relu.default not in loopir.supported_ops(table)
+    assert torch.ops.aten.relu.default in loopir.supported_ops()
+    fn = lambda x: torch.relu(x * 2) + 1  # noqa: E731
+    default = explain(fn, torch.randn(8), options={"fallback": False})
+    custom = explain(fn, torch.randn(8), options={"fallback": False, "lowerings": table})
+    assert not default.fallback_nodes
+    assert [f.op for f in custom.fallback_nodes] == ["aten.relu.default"] and custom.kernel_count == 2
+
+
+def test_every_op_loopir_lowers_is_in_decomps_loop_level_opset_or_says_why_not():
+    """The contract between decomp and loopir: `loop_level()` targets what loopir lowers."""
+    from kiln import decomp
+    outside = loopir.supported_ops() - decomp.LOOP_LEVEL_OPS
+    unexplained = sorted(str(op) for op in outside if op not in decomp.OUTSIDE_OPSET)
+    assert unexplained == []
+    assert not set(decomp.OUTSIDE_OPSET) & decomp.LOOP_LEVEL_OPS
+    assert all(reason for reason in decomp.OUTSIDE_OPSET.values())
+
+
+def test_explain_reports_structured_fusion_decisions():
+    def fn(x, w):
+        return torch.softmax(x @ w, -1) + 1  # softmax rows fuse; the add is a row of the same kernel
+
+    report = explain(fn, torch.randn(8, 16), torch.randn(16, 16), options={"fallback": False})
+    kinds = [(d.fused, d.kind) for d in report.fusions]
+    assert (False, "first") in kinds and (True, "row") in kinds
+    assert all(isinstance(d, loopir.FusionDecision) for d in report.fusions)
+    assert "fused (row)" in str(report)

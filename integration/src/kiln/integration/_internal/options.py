@@ -43,6 +43,9 @@ class KilnOptions:
         kernel whose outputs differ from loopir's reference evaluator (a debug mode: slow).
     fill_uninitialized: every kernel output is filled with NaN (integers: their largest value)
         before the kernel writes it, so elements a kernel fails to write show (a debug mode).
+    lowerings: loopir's lowering table (a `kiln.loopir.Lowerings`; None: the default), e.g.
+        ``default_lowerings() | my_table`` for custom ops: the partitioner sends exactly the
+        ops it lowers to loopir.
     """
 
     debug_dir: pathlib.Path | None = None
@@ -57,6 +60,7 @@ class KilnOptions:
     bias_epilogues: bool | None = None
     verify_calls: int = 0
     fill_uninitialized: bool = False
+    lowerings: Any = None
 
     def __post_init__(self) -> None:
         for name in ("debug_dir", "cache_dir"):

@@ -88,7 +88,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
     report = GraphReport(
         index=index, compiled=True, reason=None,
         lowered_nodes=compiled.lowered, fallback_nodes=compiled.fallbacks,
-        kernels=compiled.kernels, externs=compiled.externs, source=compiled.source,
+        kernels=compiled.kernels, externs=compiled.externs, source=compiled.source, fusions=compiled.fusions,
         stage_seconds=tuple(stages.seconds), location=location, training=is_training(example_inputs))
     dump.write("report", str(report))
     log.info("kiln: %s", report)
@@ -135,7 +135,7 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
             decomp.verify(decomposed)
     with stages.stage(f"{prefix}partition"):
         dtypes = loopir.SUPPORTED_DTYPES & codegen.codegen.capabilities.dtypes
-        supported = partition.supports_ops(loopir.supported_ops()) & partition.supports_dtypes(dtypes)
+        supported = partition.supports_ops(loopir.supported_ops(options.lowerings)) & partition.supports_dtypes(dtypes)
         parted = partition.partition(decomposed, supported, min_size=options.min_region_size)
         dump.write(f"{prefix}partitioned", lambda: parted.print_readable(print_output=False), ".py")
         dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
@@ -152,6 +152,7 @@ class _RegionResults:
         self.fallbacks: tuple[FallbackNode, ...] = ()
         self.kernels = 0
         self.externs = 0
+        self.fusions: tuple = ()
         self.source = ""
 
     def merge(self, other: _RegionResults) -> None:
@@ -159,6 +160,7 @@ class _RegionResults:
         self.fallbacks += other.fallbacks
         self.kernels += other.kernels
         self.externs += other.externs
+        self.fusions += other.fusions
         self.source = "\n".join(s for s in (self.source, other.source) if s)
 
 
@@ -176,8 +178,9 @@ def _compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: D
         ops = tuple(str(n.target) for n in region.graph.nodes if n.op == "call_function")
         try:
             with stages.stage(f"{prefix}loopir:{name}"):
-                kernel_graph = loopir.lower(region, fuse_rows=plugin.capabilities.row_fusion,
-                                            row_temporaries=plugin.capabilities.row_temporaries)
+                kernel_graph = loopir.lower(region, loopir.LowerOptions(
+                    options.lowerings, fuse_rows=plugin.capabilities.row_fusion,
+                    row_temporaries=plugin.capabilities.row_temporaries))
                 if check:
                     loopir.verify(kernel_graph)
                 dump.write(f"{prefix}{name}_kernel_graph", kernel_graph.__str__)
@@ -199,6 +202,7 @@ def _compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: D
         results.lowered += ops
         results.kernels += len(kernel_graph.kernels)
         results.externs += len(kernel_graph.externs)
+        results.fusions += kernel_graph.decisions
         sources.append(f"// region {name}\n{source}")
     results.source = "\n".join(sources)
     return results

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,6 +34,7 @@ class GraphReport:
     stage_seconds: tuple[tuple[str, float], ...]
     location: str | None = None  # the user source the graph came from
     training: bool = False  # forward of a training graph (its backward compiles on first backward)
+    fusions: tuple[Any, ...] = ()  # loopir's FusionDecision records of every region, in order
 
     def __str__(self) -> str:
         head = f"graph {self.index}" + (f" ({self.location})" if self.location else "")
@@ -42,6 +45,10 @@ class GraphReport:
         lines = [f"{head}: {self.kernels} kernels, {self.externs} extern calls, "
                  f"{len(self.lowered_nodes)} ATen nodes lowered, {len(self.fallback_nodes)} fell back to eager"]
         lines += [f"  fallback: {f}" for f in self.fallback_nodes]
+        if self.fusions:
+            kinds = collections.Counter((d.fused, d.kind) for d in self.fusions)
+            lines.append("  fusion: " + ", ".join(f"{n} {'fused' if fused else 'new kernel'} ({kind})"
+                                                   for (fused, kind), n in sorted(kinds.items(), reverse=True)))
         timing = ", ".join(f"{stage} {seconds * 1000:.0f} ms" for stage, seconds in self.stage_seconds)
         return "\n".join(lines + [f"  time: {timing}"])
 
@@ -75,6 +82,11 @@ class Report:
     @property
     def eager_graphs(self) -> tuple[GraphReport, ...]:
         return tuple(g for g in self.graphs if not g.compiled)
+
+    @property
+    def fusions(self) -> tuple[Any, ...]:
+        """Every scheduler decision (loopir `FusionDecision`: buffer, kernel, fused, kind, detail)."""
+        return tuple(d for g in self.graphs for d in g.fusions)
 
     @property
     def source(self) -> str:

@@ -8,7 +8,7 @@ ATen IR in, a smaller ATen opset out, by a table the caller chooses::
 
 from ._internal.builtin_tables import core_aten, loop_level
 from ._internal.opset_check import OpsetError, check_opset, opset
-from ._internal.opsets import EXTERN_OPS, LOOP_LEVEL_OPS
+from ._internal.opsets import EXTERN_OPS, LOOP_LEVEL_OPS, OUTSIDE_OPSET
 from ._internal.retrace import decompose
 from ._internal.table import DecompTable, register
 from ._internal.verify import VerifyError, verify
@@ -16,6 +16,7 @@ from ._internal.verify import VerifyError, verify
 __all__ = [
     "EXTERN_OPS",
     "LOOP_LEVEL_OPS",
+    "OUTSIDE_OPSET",
     "DecompTable",
     "OpsetError",
     "VerifyError",

@@ -8,13 +8,14 @@ the backend as a `Codegen` (name, devices, options, `Capabilities`, errors), reg
 ``kiln.codegen`` entry-point group; `REFERENCE_CODEGEN` runs kernels on the reference evaluator.
 """
 
-from ._internal.api import lower, verify
+from ._internal.api import LowerOptions, lower, verify
 from ._internal.ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction
 from ._internal.kernel_graph import KernelGraph
 from ._internal.lower import SUPPORTED_DTYPES, ExternCall, LoweringError
 from ._internal.ops import OPS, OpsHandler
 from ._internal.plugin import REFERENCE_CODEGEN, Capabilities, Codegen
-from ._internal.registry import supported_ops
+from ._internal.registry import Lowerings, default_lowerings, supported_ops
+from ._internal.schedule import FusionDecision
 from ._internal.simplify import simplify_index
 from ._internal.sizes import FloorDiv, index_vars, indirect_var
 from ._internal.uninitialized import fill_requested, fill_uninitialized
@@ -23,5 +24,6 @@ __all__ = [
     "lower", "verify", "supported_ops", "KernelGraph", "Kernel", "ComputedBuffer", "Pointwise",
     "Reduction", "BufferSpec", "ExternCall", "LoweringError", "OpsHandler", "OPS", "FloorDiv", "index_vars",
     "indirect_var", "simplify_index", "fill_requested", "fill_uninitialized", "SUPPORTED_DTYPES", "Codegen",
-    "Capabilities", "REFERENCE_CODEGEN",
+    "Capabilities", "REFERENCE_CODEGEN", "LowerOptions", "Lowerings", "default_lowerings",
+    "FusionDecision",
 ]

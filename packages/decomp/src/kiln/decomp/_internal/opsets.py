@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 
+import torch
 from torch._ops import OpOverload
 
 from .ops import aten_overloads
@@ -167,3 +168,17 @@ EXTERN_OPS: frozenset[OpOverload] = frozenset().union(*EXTERN_OPS_BY_GROUP.value
 
 LOOP_OPS = POINTWISE_OPS | CREATION_OPS | REDUCTION_OPS | VIEW_OPS | INDEXING_OPS
 LOOP_LEVEL_OPS = LOOP_OPS | EXTERN_OPS
+
+# Ops a loop-level consumer (loopir) also accepts although `loop_level()` never leaves them in
+# a graph, and why they are outside the opset. The contract test in integration checks that
+# every op loopir lowers is in LOOP_LEVEL_OPS or here.
+OUTSIDE_OPSET: dict[OpOverload, str] = {
+    torch.ops.aten.reshape.default: "decomposed into view (or clone + view); consumers accept it for "
+                                    "graphs traced without decomposition",
+    torch.ops.aten.detach.default: "decomposed away (an alias without autograd meaning in functional "
+                                   "graphs); consumers accept it for graphs traced without decomposition",
+    torch.ops.aten.lift_fresh_copy.default: "make_fx's copy of a lifted constant, decomposed into clone",
+    torch.ops.aten.sym_size.int: "a size query, not a tensor op: never decomposed, read at run time",
+    torch.ops.aten.sym_stride.int: "a stride query, not a tensor op: never decomposed, read at run time",
+    torch.ops.aten.sym_numel.default: "an element-count query, not a tensor op: never decomposed",
+}

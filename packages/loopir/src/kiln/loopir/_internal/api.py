@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from typing import Any
 
 import torch.fx as fx
 
@@ -15,24 +17,40 @@ from .verify import verify
 log = logging.getLogger(__name__)
 
 
-def lower(gm: fx.GraphModule, *, lowerings: Lowerings | None = None, fuse_rows: bool = True,
-          row_temporaries: bool = False) -> KernelGraph:
+@dataclasses.dataclass(frozen=True, slots=True)
+class LowerOptions:
+    """Options of `lower`.
+
+    lowerings: the lowering table (None: `default_lowerings()`); a caller adds its own ops with
+        ``default_lowerings() | table`` and gives the same table to `supported_ops`, so the
+        partitioner sends those ops to loopir.
+    fuse_rows: fuse pointwise work over a reduction's rows into the reduction's kernel as row
+        nodes (`Kernel.is_row`); a codegen that cannot emit row loops passes False.
+    row_temporaries: row nodes that no other kernel reads stay out of their kernel's outputs
+        (`Kernel.row_temporaries`), for codegens that keep them themselves (codegen_cpp: a row
+        scratch buffer per thread; codegen_triton: recomputed where they are loaded). Without
+        it every row node's buffer is a kernel output, written to memory.
+    """
+
+    lowerings: Lowerings | None = None
+    fuse_rows: bool = True
+    row_temporaries: bool = False
+
+
+def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
     """Lower a functional ATen graph (every node with meta["val"]) to a scheduled `KernelGraph`.
 
-    `fuse_rows`: fuse pointwise work over a reduction's rows into the reduction's kernel as row
-    nodes (`Kernel.is_row`); a codegen that cannot emit row loops passes False.
-    `row_temporaries`: row nodes that no other kernel reads stay out of their kernel's outputs
-    (`Kernel.row_temporaries`), for codegens that keep them themselves (codegen_cpp: a row
-    scratch buffer per thread; codegen_triton: recomputed where they are loaded). Without it
-    every row node's buffer is a kernel output, written to memory.
-    Raises `LoweringError` naming the node (and its source line) that cannot be lowered.
+    `options` (default `LowerOptions()`), with any of its fields given as keyword overrides
+    (``lower(gm, fuse_rows=False)``). Raises `LoweringError` naming the node (and its source
+    line) that cannot be lowered.
     """
-    lowered = lower_graph(gm, lowerings)
-    plan = schedule(lowered, fuse_rows=fuse_rows, row_temporaries=row_temporaries)
+    options = dataclasses.replace(options or LowerOptions(), **overrides)
+    lowered = lower_graph(gm, options.lowerings)
+    plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
     kg = build_kernel_graph(gm, lowered, plan)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),
               len(kg.kernels), len(kg.externs))
     return kg
 
 
-__all__ = ["lower", "verify", "LoweringError"]
+__all__ = ["lower", "verify", "LoweringError", "LowerOptions"]

@@ -56,6 +56,7 @@ def default_lowerings() -> Lowerings:
     return lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE | lower_indexing.TABLE
 
 
-def supported_ops() -> frozenset[torch._ops.OpOverload]:
-    """The ATen ops loopir can lower (pointwise, reductions, views, externs)."""
-    return frozenset(default_lowerings())
+def supported_ops(lowerings: Lowerings | None = None) -> frozenset[torch._ops.OpOverload]:
+    """The ATen ops loopir can lower with `lowerings` (None: the default table), for
+    partitioners: the same table `lower` gets through `LowerOptions.lowerings`."""
+    return frozenset(lowerings if lowerings is not None else default_lowerings())

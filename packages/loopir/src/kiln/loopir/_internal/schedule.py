@@ -33,14 +33,43 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FusionDecision:
+    """Why `buffer` joined `kernel` (`fused`) or started it: `kind` is one of `FUSED_KINDS` or
+    `BLOCKER_KINDS`; `detail` says which buffers, ranges or indices decided it."""
+
     buffer: str
     kernel: str
     fused: bool
-    reason: str
+    kind: str
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        kinds = FUSED_KINDS if self.fused else BLOCKER_KINDS
+        if self.kind not in kinds:
+            raise ValueError(f"fusion decision kind {self.kind!r} is not one of {sorted(kinds)}")
+
+    @property
+    def reason(self) -> str:
+        text = (FUSED_KINDS if self.fused else BLOCKER_KINDS)[self.kind]
+        return f"{text}: {self.detail}" if self.detail else text
 
     def __str__(self) -> str:
         verb = "fused into" if self.fused else "starts"
         return f"{self.buffer} {verb} {self.kernel}: {self.reason}"
+
+
+FUSED_KINDS = {
+    "same_ranges": "same ranges, reads kernel buffers where they were stored",
+    "merged_dims": "its dims merge the kernel's, reads kernel buffers where they were stored",
+    "row": "a row of the kernel's reduction, reads kernel buffers where they were stored",
+    "row_prologue": "a reduction over the rows of the kernel's pointwise nodes, which run as row loops "
+                    "before it; reads kernel buffers where they were stored",
+}
+BLOCKER_KINDS = {
+    "first": "first buffer",
+    "closed_by_extern": "the open kernel was closed by an extern that reads it",
+    "ranges_differ": "ranges differ from the kernel's",
+    "reads_elsewhere": "reads a kernel buffer not where it was stored",
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,19 +105,22 @@ class _Group:
             self.rows.add(node.name)
 
 
-def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool) -> tuple[str | None, bool]:
-    """Why `node` cannot join `group` (None when it can), and whether it joins as a row node."""
-    row = False
+def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool) -> tuple[tuple[str, str] | None, str]:
+    """Why `node` cannot join `group` ((kind, detail), or None when it can), and how it joins
+    ("same_ranges", "merged_dims" or "row")."""
+    how = "same_ranges"
     if not same_exprs(group.ranges, node.ranges):
-        row = fuse_rows and is_row_of(node, group.ranges, group.row_ranges)
-        merged = isinstance(node.body, Pointwise) and merged_index(node.ranges, group.ranges) is not None
-        if not row and not merged:
-            return f"ranges {list(node.ranges)} differ from the kernel's {list(group.ranges)}", False
+        if fuse_rows and is_row_of(node, group.ranges, group.row_ranges):
+            how = "row"
+        elif isinstance(node.body, Pointwise) and merged_index(node.ranges, group.ranges) is not None:
+            how = "merged_dims"
+        else:
+            return ("ranges_differ", f"{list(node.ranges)} against {list(group.ranges)}"), how
     for access in group.accesses(node).reads:
         stored = group.stored.get(access.buffer)
         if stored is not None and sympy.expand(access.index - stored) != 0:
-            return f"reads {access.buffer} at {access.index}, not where it was stored ({stored})", row
-    return None, row
+            return ("reads_elsewhere", f"{access.buffer} at {access.index}, stored at {stored}"), how
+    return None, how
 
 
 def _as_row_prologue(group: _Group, step: ComputedBuffer) -> _Group | None:
@@ -124,13 +156,13 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
     items: list[_Group | ExternCall] = []
     decisions: list[FusionDecision] = []
     current: _Group | None = None
-    closed_by = "first buffer"
+    closed_by: tuple[str, str] = ("first", "")
     for step in _live_steps(lowered):
         if isinstance(step, ExternCall):
             # An extern that reads the open kernel needs it finished first; one that does not
             # lets the kernel keep growing past it (the kernel is then ordered after it).
             if current is not None and step.reads() & {b.name for b in current.members}:
-                closed_by = f"{current.name} was closed by extern {step.name}, which reads it"
+                closed_by = ("closed_by_extern", f"{current.name} by {step.name}")
                 current = None
             items.append(step)
             continue
@@ -138,21 +170,17 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
         if prologue is not None:
             items[next(k for k, item in enumerate(items) if item is current)] = prologue
             current = prologue
-            decisions.append(FusionDecision(step.name, current.name, True, "a reduction over the rows of the "
-                                            "kernel's pointwise nodes, which run as row loops before it; reads "
-                                            "kernel buffers where they were stored"))
+            decisions.append(FusionDecision(step.name, current.name, True, "row_prologue"))
             continue
-        blocker, row = _fusion_blocker(current, step, fuse_rows) if current is not None else (closed_by, False)
+        blocker, how = _fusion_blocker(current, step, fuse_rows) if current is not None else (closed_by, "")
         if blocker is None:
-            current.add(step, row)
-            reason = ("a row of the kernel's reduction, reads kernel buffers where they were stored" if row
-                      else "same ranges, reads kernel buffers where they were stored")
-            decisions.append(FusionDecision(step.name, current.name, True, reason))
+            current.add(step, how == "row")
+            decisions.append(FusionDecision(step.name, current.name, True, how))
             continue
         current = _Group(f"kernel{sum(isinstance(i, _Group) for i in items)}", [], {})
         current.add(step)
         items.append(current)
-        decisions.append(FusionDecision(step.name, current.name, False, blocker))
+        decisions.append(FusionDecision(step.name, current.name, False, *blocker))
     ordered = _dependency_order(items)
     specs = _buffer_specs(lowered)
     used_outside = _used_outside(ordered, lowered)
