@@ -68,6 +68,9 @@ class ComputedBuffer:
     spec: BufferSpec
     body: Pointwise | Reduction
     origins: tuple[str, ...] = ()  # names of the ATen nodes this buffer computes
+    # (index, rindex) -> ReadsWrites: the scheduler, `verify` and the codegens ask for a node's
+    # accesses at the same few placements many times; each is worked out once per node.
+    _accesses: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -99,9 +102,18 @@ class ComputedBuffer:
         return ops.store_reduction(self.name, out_index, acc)
 
     def accesses(self) -> ReadsWrites:
-        handler = ReadsWrites()
-        self.run(handler, index_vars(len(self.ranges)), index_vars(len(self.reduction_ranges), "r"))
-        return handler
+        """Loads and stores in the node's own variables (i0, ..., r0, ...)."""
+        return self.accesses_at(index_vars(len(self.ranges)), index_vars(len(self.reduction_ranges), "r"))
+
+    def accesses_at(self, index: Sequence[Expr], rindex: Sequence[Expr] = ()) -> ReadsWrites:
+        """Loads and stores of the body run at `index`/`rindex` (cached; do not modify it)."""
+        key = (tuple(index), tuple(rindex))
+        found = self._accesses.get(key)
+        if found is None:
+            found = ReadsWrites()
+            self.run(found, index, rindex)
+            self._accesses[key] = found
+        return found
 
     def __str__(self) -> str:
         printer = Printer()
@@ -273,9 +285,7 @@ class Kernel:
 
     def accesses(self, node: ComputedBuffer) -> ReadsWrites:
         """`node`'s loads and stores in this kernel's loop variables."""
-        handler = ReadsWrites()
-        node.run(handler, *self.placement(node))
-        return handler
+        return node.accesses_at(*self.placement(node))
 
     @property
     def row_temporaries(self) -> tuple[ComputedBuffer, ...]:

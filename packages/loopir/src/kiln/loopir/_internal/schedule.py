@@ -94,9 +94,7 @@ class _Group:
         return next((m.reduction_ranges for m in self.members if isinstance(m.body, Reduction)), ())
 
     def accesses(self, node: ComputedBuffer) -> ReadsWrites:
-        handler = ReadsWrites()
-        node.run(handler, *placement(node, self.ranges, self.row_ranges))
-        return handler
+        return node.accesses_at(*placement(node, self.ranges, self.row_ranges))
 
     def add(self, node: ComputedBuffer, row: bool = False) -> None:
         self.members.append(node)
