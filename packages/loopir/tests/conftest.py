@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -20,9 +21,21 @@ def lower_and_check(fn: Callable[..., Any], *args: Any, tracing_mode: str = "rea
     gm = make_fx(fn, tracing_mode=tracing_mode)(*args)
     kg = lower(gm, fuse_rows=fuse_rows, row_temporaries=row_temporaries)
     verify(kg)
+    check_recorded_decisions(kg)
     run_args = args if run_args is None else run_args
     torch.testing.assert_close(kg(*run_args), fn(*run_args), equal_nan=True, **tolerances)
     return kg
+
+
+def check_recorded_decisions(kg: KernelGraph) -> None:
+    """The row nodes and placements the scheduler recorded on each kernel are the ones its
+    ranges give (what a kernel built by hand works out)."""
+    for kernel in kg.kernels:
+        assert kernel.rows is not None and kernel.placements is not None
+        worked_out = dataclasses.replace(kernel, rows=None, placements=None)
+        for node in kernel.nodes:
+            assert kernel.is_row(node) == worked_out.is_row(node), node.name
+            assert kernel.placement(node) == worked_out.placement(node), node.name
 
 
 @pytest.fixture

@@ -247,6 +247,10 @@ class Kernel:
     Called as ``kernel(*inputs, *symbol_values)`` it returns a tuple of new tensors, one per
     entry of `outputs`; calling a `Kernel` object runs the reference evaluator, and codegens
     replace it with a compiled function of the same signature.
+
+    `rows` and `placements` are the scheduler's decisions, recorded when it built the kernel:
+    which nodes are row nodes, and the (index, rindex) each node runs at (see `placement`).
+    A kernel built by hand may leave them None: they are then worked out from the ranges.
     """
 
     name: str
@@ -254,6 +258,8 @@ class Kernel:
     inputs: tuple[BufferSpec, ...]
     outputs: tuple[BufferSpec, ...]
     symbols: tuple[sympy.Symbol, ...]
+    rows: frozenset[str] | None = None
+    placements: tuple[tuple[str, tuple[Expr, ...], tuple[Expr, ...]], ...] | None = None
 
     @property
     def __name__(self) -> str:  # FX names call_function targets by __name__
@@ -277,10 +283,15 @@ class Kernel:
         """A pointwise node run in its own loop over `row_ranges` inside each outer point. Later
         loops of the kernel read it where it was stored: from memory when it is an output,
         otherwise as the codegen keeps it (see `row_temporaries`)."""
+        if self.rows is not None:
+            return node.name in self.rows
         return not same_exprs(node.ranges, self.ranges) and is_row_of(node, self.ranges, self.row_ranges)
 
     def placement(self, node: ComputedBuffer) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
         """The (index, rindex) codegens run `node` with (see the module function)."""
+        for name, index, rindex in self.placements or ():
+            if name == node.name:
+                return index, rindex
         return placement(node, self.ranges, self.row_ranges)
 
     def accesses(self, node: ComputedBuffer) -> ReadsWrites:

@@ -182,8 +182,7 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
     ordered = _dependency_order(items)
     specs = _buffer_specs(lowered)
     used_outside = _used_outside(ordered, lowered)
-    result = tuple(_make_kernel(item.name, item.members, specs,
-                                used_outside if row_temporaries else used_outside | item.rows)
+    result = tuple(_make_kernel(item, specs, used_outside if row_temporaries else used_outside | item.rows)
                    if isinstance(item, _Group) else item for item in ordered)
     return Schedule(result, tuple(decisions))
 
@@ -249,8 +248,9 @@ def _buffer_specs(lowered: LoweredGraph) -> dict[str, BufferSpec]:
     return specs
 
 
-def _make_kernel(name: str, group: list[ComputedBuffer], specs: dict[str, BufferSpec],
-                 used_outside: set[str]) -> Kernel:
+def _make_kernel(item: _Group, specs: dict[str, BufferSpec], used_outside: set[str]) -> Kernel:
+    """The kernel of a fused group, with the scheduler's row nodes and placements recorded."""
+    name, group = item.name, item.members
     produced = {b.name for b in group}
     reads: list[str] = []
     exprs: list = []
@@ -264,6 +264,7 @@ def _make_kernel(name: str, group: list[ComputedBuffer], specs: dict[str, Buffer
     inputs = tuple(specs[r] for r in reads)
     outputs = tuple(b.spec for b in group if b.name in used_outside)
     symbols = tuple(sorted(free_size_symbols(exprs), key=lambda s: s.name))
-    kernel = Kernel(name, tuple(group), inputs, outputs, symbols)
+    placements = tuple((node.name, *placement(node, item.ranges, item.row_ranges)) for node in group)
+    kernel = Kernel(name, tuple(group), inputs, outputs, symbols, frozenset(item.rows), placements)
     log.debug("scheduled %s", kernel)
     return kernel
