@@ -8,6 +8,8 @@ CUDA, so every tensor a test makes (inputs and eager references alike) lives on 
 
 import os
 
+import pytest
+
 ON_GPU = os.environ.get("KILN_TRITON_TEST_DEVICE", "").startswith("cuda")
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"
@@ -23,3 +25,11 @@ def pytest_configure(config):
 def pytest_report_header(config):
     where = os.environ["KILN_TRITON_TEST_DEVICE"] if ON_GPU else "Triton interpreter on CPU"
     return f"codegen_triton kernels run on: {where}"
+
+
+@pytest.fixture(autouse=True)
+def seeded():
+    """Every test draws its random inputs from the same seed."""
+    import torch  # here, not at the top: TRITON_INTERPRET must be set before anything imports triton
+
+    torch.manual_seed(0)

@@ -22,11 +22,6 @@ from kiln.loopir import lower
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 
 
-@pytest.fixture(autouse=True)
-def seeded():
-    torch.manual_seed(0)
-
-
 @pytest.fixture(scope="module")
 def options(tmp_path_factory):
     return TritonOptions(cache_dir=tmp_path_factory.mktemp("triton_cache"), reduction_xblock=4, rblock=8,

@@ -11,11 +11,6 @@ from kiln.loopir import lower
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 
 
-@pytest.fixture(autouse=True)
-def seeded():
-    torch.manual_seed(0)
-
-
 @pytest.fixture(scope="module")
 def options(tmp_path_factory):
     # Small blocks: several programs, several loop steps, partly masked last blocks.
