@@ -1,12 +1,15 @@
-"""IR records: buffers, loop bodies and fused kernels. All are small frozen dataclasses.
+"""IR records: buffers, loop bodies and fused kernels. All are small frozen dataclasses, and
+values: equal records compare equal and hash alike (caches key on kernels).
 
-A loop body is an `inner_fn` written against an ops handler (see `ops.py`):
+A loop body is written as an `inner_fn` against an ops handler (see `ops.py`):
 
 * `Pointwise.inner_fn(ops, index) -> value` computes one element at `index`.
 * `Reduction.inner_fn(ops, index, rindex) -> value` computes one element to be reduced.
 
-`ComputedBuffer.run(ops, index, rindex)` wraps a body with its store, so any handler sees a
-complete statement list: loads, math, (reduction), store.
+Constructing a `Pointwise` or `Reduction` runs `inner_fn` once and keeps what it did as its
+`loop_body` (a `LoopBody`, see `body.py`); equality, hashing and every later run use that
+record, never `inner_fn` again. `ComputedBuffer.run(ops, index, rindex)` replays a body with
+its store, so any handler sees a complete statement list: loads, math, (reduction), store.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import sympy
 import torch
 
+from .body import LoopBody, record
 from .ops import Printer, ReadsWrites
 from .simplify import simplify_index, variable_ranges
 from .sizes import Expr, contiguous_strides, flat_index, index_vars, same_exprs
@@ -46,8 +50,12 @@ class Pointwise:
     """One element per point of `ranges`."""
 
     ranges: tuple[Expr, ...]
-    inner_fn: Callable[..., Any]
+    inner_fn: Callable[..., Any] = dataclasses.field(compare=False, repr=False)
     dtype: torch.dtype
+    loop_body: LoopBody = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "loop_body", record(self.inner_fn, len(self.ranges)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,9 +64,13 @@ class Reduction:
 
     ranges: tuple[Expr, ...]
     reduction_ranges: tuple[Expr, ...]
-    reduction_type: str  # "sum" | "max" | "min"
-    inner_fn: Callable[..., Any]
+    reduction_type: str  # one of ops.REDUCTION_TYPES
+    inner_fn: Callable[..., Any] = dataclasses.field(compare=False, repr=False)
     dtype: torch.dtype
+    loop_body: LoopBody = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "loop_body", record(self.inner_fn, len(self.ranges), len(self.reduction_ranges)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,9 +107,9 @@ class ComputedBuffer:
         out_index = flat_index(index, self.spec.stride)
         ranges = {**variable_ranges(index, self.ranges), **variable_ranges(rindex, self.reduction_ranges)}
         body_ops = _SimplifyingOps(ops, ranges) if ranges else ops
+        value = self.body.loop_body.replay(body_ops, index, rindex)
         if isinstance(self.body, Pointwise):
-            return ops.store(self.name, out_index, self.body.inner_fn(body_ops, tuple(index)))
-        value = self.body.inner_fn(body_ops, tuple(index), tuple(rindex))
+            return ops.store(self.name, out_index, value)
         acc = ops.reduction(self.name, self.body.reduction_type, self.body.dtype, value)
         return ops.store_reduction(self.name, out_index, acc)
 
@@ -260,6 +272,7 @@ class Kernel:
     symbols: tuple[sympy.Symbol, ...]
     rows: frozenset[str] | None = None
     placements: tuple[tuple[str, tuple[Expr, ...], tuple[Expr, ...]], ...] | None = None
+    _hash: int | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
 
     @property
     def __name__(self) -> str:  # FX names call_function targets by __name__
@@ -324,5 +337,10 @@ class Kernel:
             lines += ["  " + line for line in str(node).splitlines()]
         return "\n".join(lines)
 
-    def __hash__(self) -> int:
-        return hash(self.name)
+    def __hash__(self) -> int:  # computed once: kernels are hashed as cache keys and FX targets
+        found = self._hash
+        if found is None:
+            found = hash((self.name, self.nodes, self.inputs, self.outputs, self.symbols, self.rows,
+                          self.placements))
+            object.__setattr__(self, "_hash", found)
+        return found

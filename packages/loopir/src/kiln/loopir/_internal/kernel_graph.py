@@ -10,6 +10,7 @@ its guards allow.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import operator
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 from .ir import Kernel
 from .lower import ExternCall, LoweredGraph, LoweringError
@@ -73,6 +75,21 @@ class KernelGraph:
     def __call__(self, *args: Any) -> Any:
         return self.gm(*args)
 
+    def key(self) -> tuple[Any, ...]:
+        """What the kernel graph computes, as a hashable value: the wrapper's code, the kernels,
+        the extern calls, the fusion decisions and the module's attributes (tensor constants by
+        dtype, layout and content). Two lowerings of the same graph have equal keys; `==` and
+        `hash` compare keys."""
+        attributes = tuple((n.target, _frozen(_get_attr(self.gm, n.target)))
+                           for n in self.gm.graph.nodes if n.op == "get_attr")
+        return (self.gm.code, self.kernels, _frozen(self.externs), self.decisions, attributes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KernelGraph) and (self is other or self.key() == other.key())
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
     def __str__(self) -> str:
         parts = [self.gm.code.strip()]
         parts += [str(k) for k in self.kernels]
@@ -91,6 +108,24 @@ class KernelGraph:
             env[node] = new
         gm = fx.GraphModule(self.gm, graph)
         return gm
+
+
+def _frozen(value: Any) -> Any:
+    """`value` as a hashable value: lists as tuples, tensors by metadata and content (a fake
+    tensor, which has none, by identity)."""
+    if isinstance(value, torch.Tensor):
+        meta = (value.dtype, tuple(value.shape), tuple(value.stride()), str(value.device))
+        if isinstance(value, FakeTensor) or value.device.type == "meta":
+            return (*meta, "no data", id(value))
+        data = value.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+        return (*meta, hashlib.sha256(data.numpy().tobytes()).hexdigest())
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, ExternCall):
+        return (value.spec, value.op, _frozen(value.args), _frozen(value.kwargs), value.origins)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    return value
 
 
 class _Builder:
