@@ -10,6 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln import codegen_cpp, loopir
 from kiln.codegen_cpp import CppCompileError, CppOptions
+from kiln.codegen_cpp._internal.build import build_library
 
 
 def _kernel_graph(fn, *args):
@@ -26,8 +27,25 @@ def test_second_compile_is_a_cache_hit(tmp_path):
     assert a.source == b.source and a.library_path == b.library_path
     assert a.source_path.read_text() == a.source  # the generated source is a real file
     assert a.library_path.is_file() and a.library_path.parent.parent == tmp_path
-    assert sorted(p.name for p in a.library_path.parent.iterdir()) == ["kernels.cpp", "kernels.so"]
+    assert sorted(p.name for p in a.library_path.parent.iterdir()) == [
+        "kernels.cpp", "kernels.cpp.sha256", "kernels.so", "kernels.so.sha256"]  # checksums: verified loads
     torch.testing.assert_close(second(x), x.exp() + 1)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage", "no checksum"])
+def test_a_damaged_cached_library_is_rebuilt_not_loaded(tmp_path, damage):
+    # build_library only (nothing loaded here): loading a truncated library would kill the process.
+    options = CppOptions(cache_dir=tmp_path)
+    source = codegen_cpp.generate(_kernel_graph(lambda x: x.exp() + 1, torch.randn(4, 5)), options)
+    library, hit = build_library(source, options)
+    good = library.read_bytes()
+    assert not hit and build_library(source, options) == (library, True)
+    if damage == "no checksum":
+        library.with_name("kernels.so.sha256").unlink()
+    else:
+        library.write_bytes({"truncated": good[: len(good) // 2], "empty": b"", "garbage": b"x" * len(good)}[damage])
+    rebuilt, hit = build_library(source, options)
+    assert rebuilt == library and not hit and library.read_bytes() == good
 
 
 def test_different_graph_or_flags_get_different_files(tmp_path):

@@ -2,7 +2,7 @@
 
 from ._internal.api import CppArtifacts, compile, generate, verify
 from ._internal.build import CppCompileError
-from ._internal.options import CppOptions
+from ._internal.options import CppCodegenError, CppOptions
 from ._internal.plugin import CODEGEN
 
-__all__ = ["compile", "generate", "verify", "CppOptions", "CppArtifacts", "CppCompileError", "CODEGEN"]
+__all__ = ["compile", "generate", "verify", "CppOptions", "CppArtifacts", "CppCompileError", "CppCodegenError", "CODEGEN"]

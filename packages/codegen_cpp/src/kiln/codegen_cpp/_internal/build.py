@@ -1,17 +1,18 @@
-"""Compiling generated C++ into a shared library, cached on disk by content hash."""
+"""Compiling generated C++ into a shared library, cached on disk by content hash (loopir's
+`ArtifactCache`: atomic writes, and a library whose checksum does not match is rebuilt, never
+loaded)."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
-import os
 import pathlib
 import platform
 import subprocess
-import threading
 import time
+
+from kiln.loopir.codegen import ArtifactCache
 
 from .options import CppOptions
 
@@ -52,20 +53,17 @@ def build_library(source: str, options: CppOptions) -> tuple[pathlib.Path, bool]
     key_parts = [source, *command, str(options.vector_math), _compiler_id(options.compiler)]
     if any(flag.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for flag in command):
         key_parts.append(_host_cpu())
-    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:24]
-    directory = options.cache_dir / key
+    cache = ArtifactCache(options.cache_dir)
+    directory = options.cache_dir / cache.key(*key_parts)
     library = directory / "kernels.so"
-    if library.exists():
+    if cache.verified(library):
         return library, True
-    directory.mkdir(parents=True, exist_ok=True)
-    # Unique temporaries, then atomic renames: concurrent builders (processes or threads) of
-    # the same source never read or load a half-written file.
-    tag = f"{os.getpid()}.{threading.get_ident()}"
+    cache.ensure_directory(directory)
     source_path = directory / "kernels.cpp"
-    partial_source = directory / f"kernels.{tag}.tmp.cpp"
-    partial_source.write_text(source)
-    os.replace(partial_source, source_path)
-    partial = directory / f"kernels.{tag}.tmp.so"
+    cache.write(source_path, source)
+    # A unique temporary, then an atomic rename: concurrent builders (processes or threads)
+    # of the same source never load a half-written library.
+    partial = cache.temporary(library, ".so")
     start = time.perf_counter()
     libraries = ["-lmvec"] if options.vector_math else []
     result = subprocess.run([*command, "-o", str(partial), str(source_path), *libraries],
@@ -78,7 +76,7 @@ def build_library(source: str, options: CppOptions) -> tuple[pathlib.Path, bool]
             f"{(result.stderr or result.stdout)[-4000:]}\n"
             "The source is kept at that path. Check CppOptions.compiler/flags; otherwise this is a "
             "kiln.codegen_cpp bug: please report it with the source file.")
-    os.replace(partial, library)
+    cache.adopt(partial, library)
     log.info("compiled %s in %.2fs", source_path, time.perf_counter() - start)
     return library, False
 

@@ -17,10 +17,10 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import ComputedBuffer, Kernel, OpsHandler, Reduction, index_vars, indirect_var
+from kiln.loopir import ComputedBuffer, Kernel, Reduction, index_vars, indirect_var
+from kiln.loopir.codegen import CheckSite, KernelWalker, TextHandler, node_summary
 
-from .checks import CheckSite
-from .options import CppOptions
+from .options import CppCodegenError, CppOptions
 from .printer import cpp_expr
 from .reduction_source import PendingReduction, reduction_lines, start_reduction
 
@@ -150,7 +150,7 @@ template <typename T> static inline T kiln_reciprocal(T x) { return T(1) / x; }
 
 def c_type(dtype: torch.dtype) -> str:
     if dtype not in C_TYPES:
-        raise NotImplementedError(f"codegen_cpp has no C++ type for {dtype}")
+        raise CppCodegenError(f"codegen_cpp has no C++ type for {dtype}")
     return C_TYPES[dtype]
 
 
@@ -201,108 +201,78 @@ _POW_BY_CONSTANT = {
 }
 
 
-class CppHandler(OpsHandler):
-    """Emits C++ statements for loop bodies; values are the names of local variables."""
+class CppHandler(TextHandler):
+    """Emits C++ statements for loop bodies; values are the names of local variables. The
+    shared layer (`kiln.loopir.codegen.TextHandler`) keeps the CSE scopes, registers and checks;
+    this class writes C++: addressing, the row scratch arrays, reductions and run-time checks
+    folded into ``kiln_fail``."""
+
+    statement = "auto {name} = {text};"
+    error = CppCodegenError
 
     def __init__(self, kernel: Kernel) -> None:
-        self.lines: list[str] = []
-        self.cache: dict[str, str] = {}  # expression text -> variable (common subexpressions)
-        self.locals: dict[str, str] = {}  # buffer kept in a register -> variable
-        self.outputs = {o.name for o in kernel.outputs}
-        self.produced = {n.name for n in kernel.nodes}
+        super().__init__(kernel)
         self.pending_reduction: PendingReduction | None = None
-        self.literals: dict[str, tuple[Any, torch.dtype]] = {}  # variable -> constant it holds
-        self.checks: list[CheckSite] = []  # check number k + 1 is checks[k] (see checks.py)
         self.unsafe_indirect: dict[sympy.Symbol, str] = {}  # index into a maybe-empty dim -> its outside flag
-        self.node: ComputedBuffer | None = None  # the node being emitted, for check messages
-        # row temporary -> (where it is stored in kernel variables, its index in the row scratch)
-        self.scratch = {n.name: (kernel.accesses(n).writes[0].index, _row_offset(kernel))
-                        for n in kernel.row_temporaries}
-        self._count = 0
+        self.row_offset = _row_offset(kernel)  # a row temporary's place in its scratch row
         self._indirect_count = 0
 
-    def _var(self, text: str) -> str:
-        if text in self.cache:
-            return self.cache[text]
-        name = f"tmp{self._count}"
-        self._count += 1
-        self.lines.append(f"auto {name} = {text};")
-        self.cache[text] = name
-        return name
+    def literal(self, value: Any, dtype: torch.dtype) -> str:
+        return c_literal(value, dtype)
 
     def load(self, name: str, index: sympy.Expr) -> str:
-        if name in self.locals:
-            return self.locals[name]
-        if name in self.scratch:
-            return self._var(f"row_{name}[{self._scratch_offset(name, index)}]")
-        # A row node's buffer is read back from memory by later loops of its own kernel.
-        pointer = "out" if name in self.produced else "in"
-        element = f"{pointer}_{name}[{cpp_expr(index)}]"
+        local = self.local(name)
+        if local is not None:
+            return local
+        if name in self.row_temporaries:
+            self.row_temporary_index(name, index)
+            return self.var(f"row_{name}[{cpp_expr(self.row_offset)}]")
+        element = f"{self.pointer(name)}[{cpp_expr(index)}]"
         guards = [self.unsafe_indirect[s] for s in sorted(sympy.sympify(index).free_symbols, key=str)
                   if s in self.unsafe_indirect]
         if guards:  # an index into a dim that may be empty: no clamped index is in bounds
             zero = f"std::remove_cv_t<std::remove_reference_t<decltype({element})>>(0)"
-            return self._var(f"({' || '.join(guards)}) ? {zero} : {element}")
-        return self._var(element)
+            return self.var(f"({' || '.join(guards)}) ? {zero} : {element}")
+        return self.var(element)
 
     def store(self, name: str, index: sympy.Expr, value: str) -> None:
-        self.locals[name] = value
-        if name in self.outputs:
+        if self.keep(name, value):
             self.lines.append(f"out_{name}[{cpp_expr(index)}] = {value};")
-        elif name in self.scratch:
-            self.lines.append(f"row_{name}[{self._scratch_offset(name, index)}] = {value};")
-
-    def _scratch_offset(self, name: str, index: sympy.Expr) -> str:
-        """Where a row temporary's element is in its scratch row: loopir's scheduler only fuses
-        loads of it at the point where it was stored, so that is the current row position."""
-        stored, offset = self.scratch[name]
-        if sympy.expand(index - stored) != 0:
-            raise AssertionError(f"codegen_cpp: row temporary {name} is read at {index}, stored at {stored}")
-        return cpp_expr(offset)
+        elif name in self.row_temporaries:
+            self.row_temporary_index(name, index)
+            self.lines.append(f"row_{name}[{cpp_expr(self.row_offset)}] = {value};")
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
         """Close the reduction's loop body; statements emitted after this run after its loops."""
-        self.pending_reduction = start_reduction(name, reduction_type, c_type(dtype), value, self.lines)
-        self.lines = list(self.pending_reduction.finish)
+        self.pending_reduction = start_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
+        self.lines.extend(self.pending_reduction.finish)
         return self.pending_reduction.result
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)
 
-    def constant(self, value: Any, dtype: torch.dtype) -> str:
-        var = self._var(c_literal(value, dtype))
-        self.literals[var] = (value, dtype)
-        return var
-
     def pow(self, base: str, exponent: str) -> str:
-        value, dtype = self.literals.get(exponent, (None, None))
+        value, dtype = self.constants.get(exponent, (None, None))
         if dtype is not None and dtype.is_floating_point and value in _POW_BY_CONSTANT:
-            return self._var(_POW_BY_CONSTANT[value].format(base))
-        return self._var(f"kiln_pow({base}, {exponent})")
+            return self.var(_POW_BY_CONSTANT[value].format(base))
+        return self.var(f"kiln_pow({base}, {exponent})")
 
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
-        return self._var(f"static_cast<{c_type(dtype)}>({cpp_expr(expr)})")
+        return self.var(f"static_cast<{c_type(dtype)}>({cpp_expr(expr)})")
 
     def to_dtype(self, x: str, dtype: torch.dtype) -> str:
-        return self._var(f"static_cast<{c_type(dtype)}>({x})")
+        return self.var(f"static_cast<{c_type(dtype)}>({x})")
 
     def where(self, cond: str, a: str, b: str) -> str:
-        return self._var(f"({cond} ? {a} : {b})")
-
-    def _check(self, error: type[Exception], message: str, size: sympy.Expr | None = None) -> int:
-        """Register a run-time check of the node being emitted; returns its number."""
-        node = self.node
-        where = f"buffer {node.name}" + (f" (from {', '.join(node.origins)})" if node.origins else "") if node else ""
-        self.checks.append(CheckSite(error, f"{where}: {message}", size))
-        return len(self.checks)
+        return self.var(f"({cond} ? {a} : {b})")
 
     def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
         """An index computed at run time, negative values wrapped as torch does. One unsigned
         compare checks it against [0, size); an index outside is reported and replaced by 0."""
         symbol = indirect_var(self._indirect_count)
         self._indirect_count += 1
-        code = self._check(IndexError, "an index is out of bounds for a dimension of size {size} "
-                                        "(after wrapping negative indices)", size)
+        code = self.add_check(IndexError, "an index is out of bounds for a dimension of size {size} "
+                                          "(after wrapping negative indices)", size)
         bound = cpp_expr(size)
         outside = f"outside_{symbol}"
         self.lines += [f"int64_t {symbol} = static_cast<int64_t>({value});",
@@ -318,9 +288,9 @@ class CppHandler(OpsHandler):
         text = f"kiln_{name}({a}, {b})"
         if text in self.cache:
             return self.cache[text]
-        code = self._check(RuntimeError, "ZeroDivisionError (integer division or remainder by zero)")
+        code = self.add_check(RuntimeError, "ZeroDivisionError (integer division or remainder by zero)")
         self.lines.append(f"kiln_fail = std::max<int32_t>(kiln_fail, kiln_zero_divisor({a}, {b}) ? {code} : 0);")
-        return self._var(text)
+        return self.var(text)
 
     def floordiv(self, a: str, b: str) -> str:
         return self._division("floordiv", a, b)
@@ -335,15 +305,7 @@ class CppHandler(OpsHandler):
         return self._division("fmod", a, b)
 
 
-def _op_method(template: str):
-    def op(self: CppHandler, *args: str) -> str:
-        return self._var(template.format(*args))
-
-    return op
-
-
-for _name, _template in {**_UNARY, **_BINARY}.items():
-    setattr(CppHandler, _name, _op_method(_template))
+CppHandler.install_templates({**_UNARY, **_BINARY})
 
 
 def loop(var: sympy.Symbol, extent: sympy.Expr) -> str:
@@ -355,13 +317,7 @@ def indent(lines: list[str], depth: int) -> list[str]:
 
 
 def _node_comment(node: ComputedBuffer, in_register: bool) -> str:
-    spec = node.spec
-    what = f"{str(spec.dtype).removeprefix('torch.')}[{', '.join(str(s) for s in spec.size)}]"
-    if isinstance(node.body, Reduction):
-        what += f", {node.body.reduction_type} over {list(node.body.reduction_ranges)}"
-    origins = f" <- {', '.join(node.origins)}" if node.origins else ""
-    where = " (local only)" if in_register else ""
-    return f"// {node.name}: {what}{origins}{where}"
+    return f"// {node_summary(node)}" + (" (local only)" if in_register else "")
 
 
 def _row_offset(kernel: Kernel) -> sympy.Expr:
@@ -389,17 +345,13 @@ def _single_outer_point(kernel: Kernel) -> bool:
     return all(r == 1 for r in kernel.ranges)
 
 
-def _row_lines(handler: CppHandler, node: ComputedBuffer, kernel: Kernel, options: CppOptions) -> list[str]:
+def _row_lines(walker: KernelWalker, node: ComputedBuffer, options: CppOptions) -> list[str]:
     """A row node: its own simd loop over the kernel's row ranges, storing every element."""
-    handler.lines = []
-    handler.node = node
-    saved_cache, saved_locals = dict(handler.cache), dict(handler.locals)
-    node.run(handler, *kernel.placement(node))
-    body = handler.lines
-    # Values of the row loop are out of scope after it; later loops read the row from memory.
-    handler.cache, handler.locals = saved_cache, saved_locals
+    kernel = walker.kernel
+    with walker.row_loop(node) as body:
+        walker.run(node)
     rvars = index_vars(len(kernel.row_ranges), "r")
-    where = " (row loop, scratch row)" if node.name in handler.scratch else " (row loop)"
+    where = " (row loop, scratch row)" if node.name in walker.handler.row_temporaries else " (row loop)"
     lines = [_node_comment(node, False) + where]
     depth = 0
     for pos, (var, extent) in enumerate(zip(rvars, kernel.row_ranges)):
@@ -417,23 +369,21 @@ def _row_lines(handler: CppHandler, node: ComputedBuffer, kernel: Kernel, option
     return lines
 
 
-def _node_lines(handler: CppHandler, node: ComputedBuffer, kernel: Kernel, options: CppOptions,
+def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: CppOptions,
                 parallel_reduction: bool) -> list[str]:
     """Statements computing one node inside the outer loop nest."""
-    if kernel.is_row(node):
-        return _row_lines(handler, node, kernel, options)
-    handler.lines = []
-    handler.node = node
-    saved_cache = dict(handler.cache)
-    index, rvars = kernel.placement(node)
-    node.run(handler, index, rvars)
-    comment = _node_comment(node, node.name not in handler.outputs)
-    if not isinstance(node.body, Reduction):
-        return [comment] + handler.lines
-    handler.cache = saved_cache  # values computed inside the reduction loop are out of scope after it
-    loops = reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options,
-                            parallel_reduction)
-    return [comment] + loops + handler.lines
+    if kind == "row":
+        return _row_lines(walker, node, options)
+    comment = _node_comment(node, node.name not in walker.handler.outputs)
+    if kind == "pointwise":
+        with walker.pointwise(node) as body:
+            walker.run(node)
+        return [comment] + body
+    with walker.reduction(node) as parts:
+        walker.run(node)
+    loops = reduction_lines(walker.handler.pending_reduction, walker.kernel.placement(node)[1],
+                            node.reduction_ranges, options, parallel_reduction)
+    return [comment] + loops + parts.after
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -452,9 +402,10 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     params += [f"int64_t {s.name}" for s in kernel.symbols]
     ivars = index_vars(len(kernel.ranges))
     handler = CppHandler(kernel)
+    walker = KernelWalker(kernel, handler)
     body: list[str] = []
-    for node in kernel.nodes:
-        body += _node_lines(handler, node, kernel, options, parallel_reduction=_single_outer_point(kernel))
+    for node, kind in walker.nodes():
+        body += _node_lines(walker, node, kind, options, parallel_reduction=_single_outer_point(kernel))
     reads = ", ".join(i.name for i in kernel.inputs) or "nothing"
     writes = ", ".join(o.name for o in kernel.outputs)
     if handler.checks:

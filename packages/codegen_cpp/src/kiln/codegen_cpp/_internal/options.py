@@ -7,6 +7,11 @@ import pathlib
 import tempfile
 
 
+class CppCodegenError(NotImplementedError):
+    """codegen_cpp cannot generate C++ for a kernel (a dtype it has no type for, a body that
+    breaks what the scheduler promises); the message names the kernel and buffer."""
+
+
 def default_cache_dir() -> pathlib.Path:
     return pathlib.Path(tempfile.gettempdir()) / "kiln-cache" / "codegen_cpp"
 

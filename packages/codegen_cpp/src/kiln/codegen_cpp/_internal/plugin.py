@@ -10,7 +10,7 @@ from kiln.loopir import Capabilities, Codegen
 
 from .api import compile
 from .build import CppCompileError
-from .options import CppOptions
+from .options import CppCodegenError, CppOptions
 
 _SETTINGS = ("openmp", "parallel_threshold", "fill_uninitialized")  # backend settings read as they are
 
@@ -26,4 +26,4 @@ def options_from(settings: Mapping[str, Any]) -> CppOptions:
 CODEGEN = Codegen(
     name="cpu", devices=("cpu",), compile=compile, make_options=options_from,
     capabilities=Capabilities(row_fusion=True, row_temporaries=True),  # rows in a per-thread scratch row
-    errors=(CppCompileError,), artifacts_key="kiln_cpp", source_suffix=".cpp")
+    errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp")

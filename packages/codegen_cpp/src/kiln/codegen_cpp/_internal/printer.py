@@ -1,4 +1,4 @@
-"""Sympy index/size expressions printed as C++ or as Python source."""
+"""Sympy index and size expressions printed as C++ (host sizes: `kiln.loopir.codegen.SizeFunction`)."""
 
 from __future__ import annotations
 
@@ -41,26 +41,3 @@ def _nested(fn: str, args: list[str]) -> str:
     for a in args[1:]:
         out = f"{fn}({out}, {a})"
     return out
-
-
-def python_expr(expr: sympy.Expr) -> str:
-    """A size expression as Python source (for computing output sizes at run time)."""
-    expr = sympy.sympify(expr)
-    if expr.is_Integer:
-        return str(int(expr))
-    if isinstance(expr, sympy.Symbol):
-        return expr.name
-    args = [python_expr(a) for a in expr.args]
-    if isinstance(expr, sympy.Add):
-        return _fold(args, "+")
-    if isinstance(expr, sympy.Mul):
-        return _fold(args, "*")
-    if isinstance(expr, FloorDiv):
-        return f"({args[0]} // {args[1]})"
-    if isinstance(expr, sympy.Mod):
-        return f"({args[0]} % {args[1]})"
-    if isinstance(expr, (sympy.Max, sympy.Min)):
-        return f"{'max' if isinstance(expr, sympy.Max) else 'min'}({', '.join(args)})"
-    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
-        return f"({args[0]} ** {int(expr.exp)})"
-    raise NotImplementedError(f"cannot print size expression {expr} as Python")

@@ -10,22 +10,7 @@ import sympy
 import torch
 
 from kiln.loopir import Kernel, fill_requested, fill_uninitialized
-
-from .checks import CheckSite, raise_failed_check
-from .printer import python_expr
-
-
-def _size_function(params: Sequence[sympy.Symbol], exprs_per_tensor: Sequence[Sequence[Any]]):
-    """A Python function: symbol values -> list of tuples, one per tensor; an expression using
-    a symbol outside `params` evaluates to None (unknown)."""
-    known = set(params)
-    names = ", ".join(s.name for s in params)
-
-    def item(expr: Any) -> str:
-        return python_expr(expr) if sympy.sympify(expr).free_symbols <= known else "None"
-
-    rows = ", ".join("(" + "".join(item(e) + ", " for e in exprs) + ")" for exprs in exprs_per_tensor)
-    return eval(f"lambda {names}: [{rows}]", {"max": max, "min": min})  # noqa: S307 (our own printed exprs)
+from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check
 
 
 class _InputLayouts:
@@ -46,8 +31,8 @@ class _InputLayouts:
                         extra.setdefault(expr, (pos, dim, kind))
         self.extra = list(extra.values())
         params = list(kernel.symbols) + list(extra)
-        self.sizes = _size_function(params, [spec.size for spec in kernel.inputs])
-        self.strides = _size_function(params, [spec.stride for spec in kernel.inputs])
+        self.sizes = SizeFunction(params, [spec.size for spec in kernel.inputs], unknown_as_none=True)
+        self.strides = SizeFunction(params, [spec.stride for spec in kernel.inputs], unknown_as_none=True)
         # Without size symbols every expected size and stride is known now: the per-call check
         # first compares whole tuples (fast); only a mismatch takes the detailed path, which
         # also accepts any stride on dims of size 1 and raises the precise error.
@@ -106,7 +91,7 @@ class CompiledKernel:
         status = [ctypes.POINTER(ctypes.c_int32)] if self.checks else []
         self._function.argtypes = [ctypes.c_void_p] * n_ptrs + [ctypes.c_int64] * len(kernel.symbols) + status
         self._function.restype = None
-        self._output_sizes = _size_function(kernel.symbols, [o.size for o in kernel.outputs])
+        self._output_sizes = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs])
         self._layouts = _InputLayouts(kernel) if check_inputs else None
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:

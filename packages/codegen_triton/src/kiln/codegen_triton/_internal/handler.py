@@ -25,7 +25,8 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import Kernel, OpsHandler, index_vars, indirect_var
+from kiln.loopir import Kernel, index_vars, indirect_var
+from kiln.loopir.codegen import TextHandler
 
 from .indexing import flat_offset, index_bounds, inner_loop, outer_loop
 from .options import TritonCodegenError
@@ -107,16 +108,6 @@ def reduction_identity(reduction_type: str, dtype: torch.dtype) -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class CheckSite:
-    """A run-time check in a kernel: the kernel stores its number (1-based) into `kiln_status`
-    where it fails; `message` may hold ``{size}``, the expression `size` evaluated at the call."""
-
-    error: type[Exception]
-    message: str
-    size: sympy.Expr | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class PendingReduction:
     """A reduction's loop, as the handler leaves it for `kernel_source` to wrap in a loop."""
 
@@ -125,50 +116,36 @@ class PendingReduction:
     body: list[str]  # the loop body, ending with the accumulator update
 
 
-class TritonHandler(OpsHandler):
-    """Emits Triton statements for one kernel's loop bodies (see the module docstring)."""
+class TritonHandler(TextHandler):
+    """Emits Triton statements for one kernel's loop bodies (see the module docstring). The
+    shared layer (`kiln.loopir.codegen.TextHandler`) keeps the CSE scopes, registers, constants
+    and checks; this class writes Triton: masked block loads and stores, flat-position
+    indexing, reductions over RBLOCK chunks, and row temporaries recomputed where loaded."""
+
+    error = TritonCodegenError
 
     def __init__(self, kernel: Kernel, rank: int, index_vars: frozenset[sympy.Symbol]) -> None:
-        self.kernel = kernel
+        super().__init__(kernel)
         self.rank = rank  # 1 for pointwise kernels, 2 for kernels with a reduction
         self.index_vars = index_vars
-        self.lines: list[str] = []
-        self.cache: dict[str, str] = {}  # expression text -> variable (common subexpressions)
-        self.locals: dict[str, str] = {}  # buffer kept in registers -> variable
-        self.constants: dict[str, Any] = {}  # variable -> Python value of an ops.constant
-        self.outputs = {o.name for o in kernel.outputs}
-        self.produced = {n.name for n in kernel.nodes}
         self.numels = {n.name: sympy.Mul(*n.spec.size) for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
-        self.current = ""  # name of the buffer being emitted, for error messages
         # Masks of the loop being emitted (kernel_source sets them): what an indirect index, a
         # value of that loop, is masked by where it is used.
         self.loop_masks: tuple[str, ...] = ("xmask",)
         self.indirect_masks: dict[sympy.Symbol, tuple[str, ...]] = {}
-        self.checks: list[CheckSite] = []  # check number k + 1 is checks[k]
-        self.origins: tuple[str, ...] = ()  # of the buffer being emitted, for check messages
         # Ranges of r0, r1, ... in the loop being emitted (kernel_source sets them; () outside loops).
         self.loop_ranges: tuple[sympy.Expr, ...] = ()
-        # Row temporaries (`Kernel.row_temporaries`): stored nowhere, recomputed where they are
-        # loaded (see `_recompute`); name -> (node, where it is stored, in kernel variables).
-        self.row_temporaries = {n.name: (n, kernel.accesses(n).writes[0].index) for n in kernel.row_temporaries}
         self.outer_loop = outer_loop(kernel.ranges)
         # A bound on every index value the emitted code computes (see `_index`): the kernel
         # uses 32-bit index arithmetic when they all fit.
         self.index_bounds: set[sympy.Expr] = set()
-        self._count = 0
 
-    def _var(self, text: str) -> str:
-        if text in self.cache:
-            return self.cache[text]
-        name = f"tmp{self._count}"
-        self._count += 1
-        self.lines.append(f"{name} = {text}")
-        self.cache[text] = name
-        return name
+    def literal(self, value: Any, dtype: torch.dtype) -> str:
+        return f"tl.full({self._scalar_shape()}, {tl_literal(value, dtype)}, {tl_dtype(dtype, self._where())})"
 
     def _where(self) -> str:
-        return f"{self.kernel.name}, buffer {self.current}"
+        return f"{self.kernel.name}, buffer {self.node_name()}"
 
     def _masks(self, expr: sympy.Expr) -> list[str]:
         symbols = sympy.sympify(expr).free_symbols
@@ -203,14 +180,15 @@ class TritonHandler(OpsHandler):
     def load(self, name: str, index: sympy.Expr) -> str:
         if name in self.row_temporaries:
             return self._recompute(name, index)
-        if name in self.locals:
-            return self.locals[name]
+        local = self.local(name)
+        if local is not None:
+            return local
         masks = self._masks(index)
         # A row node's buffer is read back from memory by later loops of its own kernel.
-        pointer = f"{'out' if name in self.produced else 'in'}_{name} + {self._offset(index)}"
+        pointer = f"{self.pointer(name)} + {self._offset(index)}"
         if not masks:  # one element for every lane: a scalar load, always in bounds
-            return self._var(f"tl.load({pointer})")
-        return self._var(f"tl.load({pointer}, {' & '.join(masks)})")
+            return self.var(f"tl.load({pointer})")
+        return self.var(f"tl.load({pointer}, {' & '.join(masks)})")
 
     def _recompute(self, name: str, index: sympy.Expr) -> str:
         """A row temporary's value where the current loop loads it: its node's body, emitted
@@ -221,17 +199,14 @@ class TritonHandler(OpsHandler):
         the loop's r0, r1, ... run over the kernel's row ranges. Within one loop the value is
         computed once: it is a `cache` entry, dropped with the loop's other values after it.
         """
-        node, stored = self.row_temporaries[name]
-        if sympy.expand(index - stored) != 0:
-            raise TritonCodegenError(f"{self._where()}: reads row temporary {name} at {index}, but {name} is "
-                                     f"computed at {stored}; only loads where it is stored can recompute it")
+        node = self.row_temporaries[name][0]
+        stored = self.row_temporary_index(name, index)
         self._check_row_loop(name, stored)
-        key = f"<row temporary {name}>"  # not an expression: never a `_var` text
+        key = f"<row temporary {name}>"  # not an expression: never a `var` text
         if key not in self.cache:
-            saved = self.current, self.origins
-            self.current, self.origins = name, node.origins
+            saved, self.node = self.node, node
             node.run(self, *self.kernel.placement(node))
-            self.current, self.origins = saved
+            self.node = saved
             self.cache[key] = self.locals.pop(name)  # `store` put it there; its scope is the cache's
         return self.cache[key]
 
@@ -248,8 +223,7 @@ class TritonHandler(OpsHandler):
                     f"over {list(self.loop_ranges)}: {var} differs, so it cannot be recomputed there")
 
     def store(self, name: str, index: sympy.Expr, value: str) -> None:
-        self.locals[name] = value
-        if name not in self.outputs:
+        if not self.keep(name, value):
             return
         self._check_coverage(name, index)
         offset = self._offset(index)
@@ -282,10 +256,10 @@ class TritonHandler(OpsHandler):
             return self._arg_reduction(name, reduction_type, dtype, *value)
         acc = f"acc_{name}"
         identity = reduction_identity(reduction_type, dtype)
-        masked = self._var(f"tl.where(xmask & rmask, {value}, {identity})")
+        masked = self.var(f"tl.where(xmask & rmask, {value}, {identity})")
         self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
         init = f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})"
-        return self._end_loop(PendingReduction(reduction_type, (init,), self.lines),
+        return self._end_loop(PendingReduction(reduction_type, (init,), self.end_loop_body()),
                               _REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
 
     def _arg_reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str, position: str) -> str:
@@ -293,41 +267,34 @@ class TritonHandler(OpsHandler):
         the first NaN replaces them); the fold picks the best lane, the lowest position on ties."""
         best, at = f"best_{name}", f"acc_{name}"
         identity = reduction_identity(reduction_type, dtype)
-        masked = self._var(f"tl.where(xmask & rmask, {value}, {identity})")
+        masked = self.var(f"tl.where(xmask & rmask, {value}, {identity})")
         compare = ">" if reduction_type == "argmax" else "<"
-        take = self._var(f"({masked} {compare} {best}) | (({masked} != {masked}) & ({best} == {best}))")
+        take = self.var(f"({masked} {compare} {best}) | (({masked} != {masked}) & ({best} == {best}))")
         self.lines += [f"{at} = tl.where({take}, {position}, {at})", f"{best} = tl.where({take}, {masked}, {best})"]
         init = (f"{best} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})",
                 f"{at} = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
         fold = f"tl.reduce(({best}, {at}), 1, kiln_device.{reduction_type}_combine)[1][:, None]"
-        return self._end_loop(PendingReduction(reduction_type, init, self.lines), fold)
+        return self._end_loop(PendingReduction(reduction_type, init, self.end_loop_body()), fold)
 
     def _end_loop(self, pending: PendingReduction, fold: str) -> str:
         self.pending_reduction = pending
-        self.lines = []
         self.loop_masks, self.loop_ranges = ("xmask",), ()
-        return self._var(fold)
+        return self.var(fold)
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)
 
-    def constant(self, value: Any, dtype: torch.dtype) -> str:
-        var = self._var(f"tl.full({self._scalar_shape()}, {tl_literal(value, dtype)}, "
-                        f"{tl_dtype(dtype, self._where())})")
-        self.constants[var] = value
-        return var
-
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
         target = tl_dtype(dtype, self._where())
         if not self._masks(expr):  # sizes only: a scalar
-            return self._var(f"tl.full({self._scalar_shape()}, {self._index(expr)}, {target})")
-        return self._var(f"({self._index(expr)}).to({target})")
+            return self.var(f"tl.full({self._scalar_shape()}, {self._index(expr)}, {target})")
+        return self.var(f"({self._index(expr)}).to({target})")
 
     def to_dtype(self, x: str, dtype: torch.dtype) -> str:
-        return self._var(f"{x}.to({tl_dtype(dtype, self._where())})")
+        return self.var(f"{x}.to({tl_dtype(dtype, self._where())})")
 
     def where(self, cond: str, a: str, b: str) -> str:
-        return self._var(f"tl.where({cond}, {a}, {b})")
+        return self.var(f"tl.where({cond}, {a}, {b})")
 
     def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
         """An index computed at run time, negative values wrapped as torch does. Loads at it are
@@ -335,9 +302,8 @@ class TritonHandler(OpsHandler):
         and by its range check; lanes of that loop where it is outside [0, size) store the
         check's number into `kiln_status`, which the launcher turns into an IndexError."""
         symbol = indirect_var(len(self.indirect_masks))
-        where = f"buffer {self.current}" + (f" (from {', '.join(self.origins)})" if self.origins else "")
-        self.checks.append(CheckSite(IndexError, f"{where}: an index is out of bounds for a dimension of size "
-                                                 "{size} (after wrapping negative indices)", sympy.sympify(size)))
+        code = self.add_check(IndexError, "an index is out of bounds for a dimension of size {size} "
+                                          "(after wrapping negative indices)", size)
         bound = self._index(size)
         inside = f"inside_{symbol}"
         self.indirect_masks[symbol] = self.loop_masks + (inside,)
@@ -346,19 +312,19 @@ class TritonHandler(OpsHandler):
                        f"{symbol} = tl.where({symbol} < 0, {symbol} + {bound}, {symbol})",
                        # a bool block (`!= 0`) even where the index is a scalar, for the interpreter
                        f"{failed} = ({' & '.join(self.loop_masks)} & (({symbol} < 0) | ({symbol} >= {bound}))) != 0",
-                       f"tl.store(kiln_status + tl.zeros({failed}.shape, tl.int32), {len(self.checks)}, {failed})",
+                       f"tl.store(kiln_status + tl.zeros({failed}.shape, tl.int32), {code}, {failed})",
                        f"{inside} = {failed} == 0"]
         return symbol
 
     def pow(self, x: str, y: str) -> str:
-        exponent = self.constants.get(y)
+        exponent = self.constant_value(y)
         if exponent is not None and float(exponent).is_integer() and abs(exponent) <= MAX_EXPANDED_POW:
             return self._integer_pow(x, int(exponent))
         if exponent == 0.5:
-            return self._var(f"tl.sqrt({x})")
+            return self.var(f"tl.sqrt({x})")
         if exponent == -0.5:
-            return self._var(f"1.0 / tl.sqrt({x})")
-        return self._var(f"kiln_device.pow({x}, {y})")
+            return self.var(f"1.0 / tl.sqrt({x})")
+        return self.var(f"kiln_device.pow({x}, {y})")
 
     def _integer_pow(self, x: str, exponent: int) -> str:
         """x ** exponent by repeated squaring (what torch does for small integer exponents)."""
@@ -367,21 +333,13 @@ class TritonHandler(OpsHandler):
         n = abs(exponent)
         while n:
             if n & 1:
-                result = square if result is None else self._var(f"{result} * {square}")
+                result = square if result is None else self.var(f"{result} * {square}")
             n >>= 1
             if n:
-                square = self._var(f"{square} * {square}")
+                square = self.var(f"{square} * {square}")
         if result is None:  # x ** 0
-            return self._var(f"tl.full({self._scalar_shape()}, 1, {x}.dtype)")
-        return self._var(f"1.0 / {result}") if exponent < 0 else result
+            return self.var(f"tl.full({self._scalar_shape()}, 1, {x}.dtype)")
+        return self.var(f"1.0 / {result}") if exponent < 0 else result
 
 
-def _op_method(template: str):
-    def op(self: TritonHandler, *args: str) -> str:
-        return self._var(template.format(*args))
-
-    return op
-
-
-for _name, _template in {**_UNARY, **_BINARY}.items():
-    setattr(TritonHandler, _name, _op_method(_template))
+TritonHandler.install_templates({**_UNARY, **_BINARY})

@@ -28,8 +28,9 @@ from collections.abc import Sequence
 import sympy
 
 from kiln.loopir import ComputedBuffer, Kernel, Reduction, index_vars
+from kiln.loopir.codegen import CheckSite, KernelWalker
 
-from .handler import CheckSite, TritonHandler, tl_dtype
+from .handler import TritonHandler, tl_dtype
 from .indexing import FlatLoop, IndexWidth, index_width, inner_loop, outer_loop
 from .options import TritonCodegenError
 from .printer import triton_expr
@@ -93,24 +94,22 @@ def _loop_lines(ranges: Sequence[sympy.Expr], body: list[str]) -> list[str]:
     return [f"rnumel = {rnumel}", "for roffset in range(0, rnumel, RBLOCK):"] + ["    " + line for line in loop]
 
 
-def _node_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) -> list[str]:
+def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str) -> list[str]:
     """Statements computing one node: straight-line code, or a reduction loop then its fold."""
-    if kernel.is_row(node):
-        return _row_lines(handler, node, kernel)
-    handler.lines = []
-    handler.current, handler.origins = node.name, node.origins
-    saved_cache = dict(handler.cache)
-    handler.loop_masks = ("xmask", "rmask") if isinstance(node.body, Reduction) else ("xmask",)
-    handler.loop_ranges = node.reduction_ranges
-    # Placement pins the variables of size-1 outer ranges; `run` those of size-1 node ranges.
-    node.run(handler, *kernel.placement(node))
-    if not isinstance(node.body, Reduction):
-        return [_node_header(node)] + handler.lines
+    if kind == "row":
+        return _row_lines(walker, node)
+    handler: TritonHandler = walker.handler
+    if kind == "pointwise":
+        with walker.pointwise(node) as body:
+            walker.run(node)
+        return [_node_header(node)] + body
+    handler.loop_masks, handler.loop_ranges = ("xmask", "rmask"), node.reduction_ranges
+    with walker.reduction(node) as parts:
+        walker.run(node)  # the handler's `reduction` resets the loop masks and ranges
     red = handler.pending_reduction
-    handler.cache = saved_cache  # values computed inside the loop are out of scope after it
     ranges = ", ".join(str(r) for r in node.reduction_ranges)
     lines = [f"{_node_header(node)}: {red.reduction_type} over [{ranges}]", *red.init]
-    return lines + _loop_lines(node.reduction_ranges, red.body) + handler.lines
+    return lines + _loop_lines(node.reduction_ranges, parts.body) + parts.after
 
 
 def _read_later(kernel: Kernel, node: ComputedBuffer) -> bool:
@@ -119,7 +118,7 @@ def _read_later(kernel: Kernel, node: ComputedBuffer) -> bool:
     return any(access.buffer == node.name for n in later for access in kernel.accesses(n).reads)
 
 
-def _row_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) -> list[str]:
+def _row_lines(walker: KernelWalker, node: ComputedBuffer) -> list[str]:
     """A row node: its own loop over the kernel's row ranges, storing every element.
 
     Later loops read the row back from memory, at the same (i, r) points, in the same program.
@@ -128,17 +127,14 @@ def _row_lines(handler: TritonHandler, node: ComputedBuffer, kernel: Kernel) -> 
     block-wide barrier, which also orders global memory within the block) separates them.
     A row temporary (not an output) has no loop: loads of it recompute it (`TritonHandler.load`).
     """
+    handler: TritonHandler = walker.handler
+    kernel = walker.kernel
     if node.name in handler.row_temporaries:
         return [f"{_node_header(node)}: row temporary, recomputed where it is loaded"]
-    handler.lines = []
-    handler.current, handler.origins = node.name, node.origins
-    saved_cache, saved_locals = dict(handler.cache), dict(handler.locals)
     handler.loop_masks, handler.loop_ranges = ("xmask", "rmask"), kernel.row_ranges
-    node.run(handler, *kernel.placement(node))
+    with walker.row_loop(node) as body:
+        walker.run(node)
     handler.loop_masks, handler.loop_ranges = ("xmask",), ()
-    body = handler.lines
-    # Values of the row loop are out of scope after it; later loops load the row from memory.
-    handler.cache, handler.locals = saved_cache, saved_locals
     ranges = ", ".join(str(r) for r in kernel.row_ranges)
     lines = [f"{_node_header(node)}: row loop over [{ranges}]"]
     lines += _loop_lines(kernel.row_ranges, body)
@@ -215,7 +211,8 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
     ivars = index_vars(len(kernel.ranges))
     rvars = {v for node in kernel.nodes for v in index_vars(len(node.reduction_ranges), "r")}
     handler = TritonHandler(kernel, 2 if reduction else 1, frozenset(ivars) | frozenset(rvars))
-    body = [line for node in kernel.nodes for line in _node_lines(handler, node, kernel)]
+    walker = KernelWalker(kernel, handler)
+    body = [line for node, kind in walker.nodes() for line in _node_lines(walker, node, kind)]
     width = index_width([*handler.index_bounds, *_spans(kernel)], kernel.symbols)
     body = _prologue(kernel, reduction, width, body) + body
     params += ["kiln_status"] if handler.checks else []

@@ -1,4 +1,4 @@
-"""Sympy index and size expressions printed as Triton (device) or Python (host) source.
+"""Sympy index expressions printed as Triton source (host sizes: `kiln.loopir.codegen.SizeFunction`).
 
 Built on sympy's `StrPrinter` (so ``5*i0 + r0`` reads as sympy prints it), with the integer
 operations loopir uses: `FloorDiv` -> ``//``, `Mod` -> ``%``, `Max`/`Min`, positive integer
@@ -81,10 +81,3 @@ def triton_expr(expr: sympy.Expr) -> str:
     expr = sympy.sympify(expr)
     _check_kinds(expr)
     return _IndexPrinter(device=True).doprint(expr)
-
-
-def python_expr(expr: sympy.Expr) -> str:
-    """A size expression as Python source, for computing sizes on the host at launch time."""
-    expr = sympy.sympify(expr)
-    _check_kinds(expr)
-    return _IndexPrinter(device=False).doprint(expr)

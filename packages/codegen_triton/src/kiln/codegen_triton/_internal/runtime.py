@@ -12,31 +12,23 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import sympy
 import torch
 
 from kiln.loopir import Kernel, Reduction, fill_requested, fill_uninitialized, index_vars
+from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check
 
-from .handler import CheckSite
 from .indexing import INT32_LIMIT
 from .kernel_source import has_reduction
 from .launch import DirectLauncher
 from .options import TritonCodegenError, TritonOptions
-from .printer import python_expr
 
 log = logging.getLogger(__name__)
 
 MAX_PLANS = 64  # distinct size tuples remembered per kernel (dynamic shapes)
-
-
-def _host_function(kernel: Kernel, rows: Sequence[Sequence[sympy.Expr]]) -> Callable[..., list[tuple[int, ...]]]:
-    """A Python function: symbol values -> one tuple of ints per row of size expressions."""
-    params = ", ".join(s.name for s in kernel.symbols)
-    body = ", ".join("(" + "".join(python_expr(e) + ", " for e in row) + ")" for row in rows)
-    return eval(f"lambda {params}: [{body}]", {"max": max, "min": min})  # noqa: S307 (our printed exprs)
 
 
 def _block(work: int, cap: int) -> int:
@@ -107,9 +99,9 @@ class TritonKernel:
         self._n_in = len(kernel.inputs)
         self._n_args = self._n_in + len(kernel.symbols)
         self._in_dtypes = tuple(i.dtype for i in kernel.inputs)
-        self._layouts = _host_function(kernel, [o.size for o in kernel.outputs] + [o.stride for o in kernel.outputs]
-                                       + [i.size for i in kernel.inputs] + [i.stride for i in kernel.inputs]
-                                       + [[_numel(kernel.ranges)] + rnumels, self.index_bounds])
+        self._layouts = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs] + [o.stride for o in kernel.outputs]
+                                     + [i.size for i in kernel.inputs] + [i.stride for i in kernel.inputs]
+                                     + [[_numel(kernel.ranges)] + rnumels, self.index_bounds])
         self._plans: dict[tuple, _Plan] = {}
         self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
 
@@ -134,18 +126,10 @@ class TritonKernel:
         else:
             self._launcher.launch(plan, inputs, outputs, status)
         if status:
-            self._raise_failed_check(int(status[0].item()), plan.sizes)  # .item() waits for the kernel
+            number = int(status[0].item())  # .item() waits for the kernel
+            if number:
+                raise_failed_check(self.__name__, self.kernel.symbols, self.checks, number, plan.sizes)
         return outputs
-
-    def _raise_failed_check(self, number: int, sizes: Sequence[int]) -> None:
-        """Raise the error of run-time check `number` (1-based; 0: every check passed)."""
-        if number == 0:
-            return
-        site = self.checks[number - 1]
-        size = None
-        if site.size is not None:
-            size = _host_function(self.kernel, [[site.size]])(*sizes)[0][0]
-        raise site.error(f"{self.__name__}: {site.message.format(size=size)}")
 
     def _new_plan(self, size_args: tuple) -> _Plan:
         sizes = tuple(int(s) for s in size_args)

@@ -1,20 +1,21 @@
 """Generated sources on disk, keyed by content hash, imported as real modules.
 
 `triton.jit` reads a kernel's source back from its file (`inspect.getsource`), so generated
-code must live in a real file: ``<cache_dir>/kiln_triton_<hash>.py``. A module already
-imported in this process is reused; a file already on disk counts as a cache hit.
+code must live in a real file: ``<cache_dir>/kiln_triton_<hash>.py``, written through loopir's
+`ArtifactCache` (atomic, with a checksum). A module already imported in this process is reused;
+a file on disk whose checksum matches counts as a cache hit (a damaged one is written again).
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
-import os
 import pathlib
 import sys
 import threading
 import types
+
+from kiln.loopir.codegen import ArtifactCache
 
 log = logging.getLogger(__name__)
 
@@ -22,19 +23,13 @@ _LOCK = threading.Lock()
 _MODULES: dict[pathlib.Path, types.ModuleType] = {}
 
 
-def source_key(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:24]
-
-
 def write_source(source: str, cache_dir: pathlib.Path) -> tuple[pathlib.Path, bool]:
-    """Write `source` to the cache (unless already there). Returns (path, cache hit)."""
-    path = cache_dir / f"kiln_triton_{source_key(source)}.py"
-    if path.exists() and path.read_text() == source:
+    """Write `source` to the cache unless a verified copy is there. Returns (path, cache hit)."""
+    cache = ArtifactCache(cache_dir, "kiln_triton_")
+    path = cache.path(cache.key(source), ".py")
+    if cache.verified(path):
         return path, True
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    partial.write_text(source)
-    os.replace(partial, path)  # atomic: a concurrent reader never sees a half-written file
+    cache.write(path, source)  # atomic: a concurrent reader never sees a half-written file
     log.info("wrote generated Triton source %s", path)
     return path, False
 

@@ -1,0 +1,1 @@
+"""loopir's shared codegen layer (public as `kiln.loopir.codegen`)."""

@@ -1,0 +1,25 @@
+"""loopir's shared codegen layer: what every codegen that emits source text builds on.
+
+* `TextHandler`: an ops-handler base emitting text, with scoped CSE, constants, registers for
+  buffers kept in the kernel, row temporaries, run-time checks and op templates;
+* `KernelWalker`: runs a kernel's nodes where the scheduler placed them, with pointwise code,
+  reduction loops and row loops as context managers;
+* `CheckSite` / `raise_failed_check`: the run-time check/status protocol;
+* `SizeFunction` / `compile_size` / `evaluate_size`: size expressions evaluated on the host
+  without `eval`;
+* `ArtifactCache`: the content-hash artifact cache, with atomic writes and verified loads;
+* `node_summary`: the one-line description of a node codegens put above its code.
+
+kiln's C++ and Triton codegens are built on it; a third-party codegen can be too.
+"""
+
+from ._internal.shared.artifacts import ArtifactCache, ArtifactCacheError
+from ._internal.shared.checks import CheckSite, raise_failed_check
+from ._internal.shared.handler import TextHandler
+from ._internal.shared.host import SizeFunction, compile_size, evaluate_size
+from ._internal.shared.walker import KernelWalker, ReductionParts, node_summary
+
+__all__ = [
+    "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",
+    "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "node_summary",
+]
