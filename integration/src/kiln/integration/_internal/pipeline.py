@@ -41,16 +41,6 @@ class _Stages:
         log.debug("stage %s: %.3fs", name, self.seconds[-1][1])
 
 
-def eager_reason(example_inputs: Sequence[Any]) -> str | None:
-    """Why this graph cannot go through kiln's compiled path today (None: it can)."""
-    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in tensors
-                     if t.is_floating_point() and t.dtype not in loopir.SUPPORTED_DTYPES})
-    if dtypes and all(t.dtype not in loopir.SUPPORTED_DTYPES for t in tensors if t.is_floating_point()):
-        return f"floating inputs are {', '.join(dtypes)}: loopir generates float32/float64 code only so far"
-    return None
-
-
 def is_training(example_inputs: Sequence[Any]) -> bool:
     """Grad mode is on and some input (parameters included) requires grad."""
     return torch.is_grad_enabled() and any(
@@ -69,12 +59,6 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
         dump.write("dynamo", lambda: gm.print_readable(print_output=False), ".py")
         if check:
             capture.verify(gm)
-    reason = eager_reason(example_inputs)
-    if reason is not None:
-        log.info("kiln: graph %d runs eagerly: %s", index, reason)
-        report = GraphReport(index, False, reason, (), (), 0, 0, "", tuple(stages.seconds), location)
-        dump.write("report", str(report))
-        return gm, report
     codegen = codegens.select(codegens.device_type(example_inputs), options)
     if is_training(example_inputs):
         module, compiled = _compile_training(gm, example_inputs, options, codegen, dump, stages, check)
@@ -135,14 +119,16 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
             decomp.verify(decomposed)
     with stages.stage(f"{prefix}partition"):
         dtypes = loopir.SUPPORTED_DTYPES & codegen.codegen.capabilities.dtypes
-        supported = partition.supports_ops(loopir.supported_ops(options.lowerings)) & partition.supports_dtypes(dtypes)
+        # what a node reads counts too: a region input of another dtype is one its codegen must load
+        supported = (partition.supports_ops(loopir.supported_ops(options.lowerings))
+                     & partition.supports_dtypes(dtypes) & partition.Supported(_InputDtypes(dtypes), "input dtypes"))
         parted = partition.partition(decomposed, supported, min_size=options.min_region_size)
         dump.write(f"{prefix}partitioned", lambda: parted.print_readable(print_output=False), ".py")
         dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
         if check:
             partition.verify(parted)
     results = _compile_regions(parted, codegen, dump, stages, check, options, prefix)
-    results.fallbacks += _outside_nodes(parted)
+    results.fallbacks += _outside_nodes(parted, codegen, options, dtypes)
     return inline_regions(parted), results
 
 
@@ -208,13 +194,17 @@ def _compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: D
     return results
 
 
-def _outside_nodes(parted: fx.GraphModule) -> tuple[FallbackNode, ...]:
+def _outside_nodes(parted: fx.GraphModule, codegen: codegens.Selected, options: KilnOptions,
+                  dtypes: frozenset[torch.dtype]) -> tuple[FallbackNode, ...]:
     """Tensor-producing ATen nodes the partitioner left outside every region, with why.
 
-    Size arithmetic (sym_size, operator.*) also stays outside but computes no tensor data.
+    Size arithmetic (sym_size, operator.*) also stays outside but computes no tensor data. A
+    node of an op loopir lowers that stays out only for a dtype its codegen lacks says so; with
+    ``fallback=False`` that raises, naming the dtype, the codegen and the node.
     """
     report = parted.meta.get("kiln_partition")
     reasons = {u.name: u.reason for u in getattr(report, "outside", getattr(report, "unsupported", ()))}
+    lowered_ops = loopir.supported_ops(options.lowerings)
     fallbacks = []
     for node in parted.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
@@ -223,9 +213,39 @@ def _outside_nodes(parted: fx.GraphModule) -> tuple[FallbackNode, ...]:
             continue
         reason = reasons.get(node.name, "not supported by loopir")
         if reason == "not supported by predicate":
-            reason = f"loopir has no lowering for {node.target} (or its dtype)"
+            missing = sorted({str(d).removeprefix("torch.") for d in _node_dtypes(node, inputs=True)} -
+                             {str(d).removeprefix("torch.") for d in dtypes})
+            if node.target in lowered_ops and missing:
+                reason = (f"dtype {', '.join(missing)} is not supported by the {codegen.codegen.name} codegen "
+                          f"(it handles {', '.join(sorted(str(d).removeprefix('torch.') for d in dtypes))})")
+                if not options.fallback:
+                    raise NotImplementedError(f"kiln: {loopir.node_location(node)}: {reason}; pass fallback=True to run "
+                                              "it eagerly")
+            else:
+                reason = f"loopir has no lowering for {node.target}"
         fallbacks.append(FallbackNode(node.name, str(node.target), reason))
     return tuple(fallbacks)
+
+
+class _InputDtypes:
+    """A partition predicate: every tensor `node` reads has one of `dtypes`."""
+
+    def __init__(self, dtypes: frozenset[torch.dtype]) -> None:
+        self.dtypes = dtypes
+
+    def __call__(self, node: fx.Node) -> bool:
+        return all(_node_dtypes(arg) <= self.dtypes for arg in node.all_input_nodes)
+
+
+def _node_dtypes(node: fx.Node, inputs: bool = False) -> set[torch.dtype]:
+    """Dtypes of the tensors `node` produces (and, with `inputs`, reads)."""
+    vals = [node.meta.get("val")] + ([a.meta.get("val") for a in node.all_input_nodes] if inputs else [])
+    found = set()
+    for val in vals:
+        for v in val if isinstance(val, (tuple, list)) else (val,):
+            if isinstance(v, torch.Tensor):
+                found.add(v.dtype)
+    return found
 
 
 def _produces_tensor(val: Any) -> bool:

@@ -11,7 +11,7 @@ the backend as a `Codegen` (name, devices, options, `Capabilities`, errors), reg
 from ._internal.api import LowerOptions, lower, verify
 from ._internal.ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction
 from ._internal.kernel_graph import KernelGraph
-from ._internal.lower import SUPPORTED_DTYPES, ExternCall, LoweringError
+from ._internal.lower import SUPPORTED_DTYPES, ExternCall, LoweringError, node_location
 from ._internal.ops import OPS, OpsHandler
 from ._internal.plugin import REFERENCE_CODEGEN, Capabilities, Codegen
 from ._internal.registry import Lowerings, default_lowerings, supported_ops
@@ -25,5 +25,5 @@ __all__ = [
     "Reduction", "BufferSpec", "ExternCall", "LoweringError", "OpsHandler", "OPS", "FloorDiv", "index_vars",
     "indirect_var", "simplify_index", "fill_requested", "fill_uninitialized", "SUPPORTED_DTYPES", "Codegen",
     "Capabilities", "REFERENCE_CODEGEN", "LowerOptions", "Lowerings", "default_lowerings",
-    "FusionDecision",
+    "FusionDecision", "node_location",
 ]

@@ -6,12 +6,15 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from kiln.loopir import Capabilities, Codegen
 
 from .api import compile
 from .build import CppCompileError
 from .options import CppCodegenError, CppOptions
 
+DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
 _SETTINGS = ("openmp", "parallel_threshold", "fill_uninitialized")  # backend settings read as they are
 
 
@@ -25,5 +28,6 @@ def options_from(settings: Mapping[str, Any]) -> CppOptions:
 
 CODEGEN = Codegen(
     name="cpu", devices=("cpu",), compile=compile, make_options=options_from,
-    capabilities=Capabilities(row_fusion=True, row_temporaries=True),  # rows in a per-thread scratch row
+    # rows in a per-thread scratch row; no bfloat16/float16 C++ yet (issue 13): such values stay eager
+    capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True),
     errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp")

@@ -24,7 +24,7 @@ import torch
 from .body import LoopBody, record
 from .ops import Printer, ReadsWrites
 from .simplify import simplify_index, variable_ranges
-from .sizes import Expr, contiguous_strides, flat_index, index_vars, same_exprs
+from .sizes import LOW_PRECISION, Expr, contiguous_strides, flat_index, index_vars, same_exprs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,9 +108,13 @@ class ComputedBuffer:
         ranges = {**variable_ranges(index, self.ranges), **variable_ranges(rindex, self.reduction_ranges)}
         body_ops = _SimplifyingOps(ops, ranges) if ranges else ops
         value = self.body.loop_body.replay(body_ops, index, rindex)
+        # A value computed in float32 for a bfloat16/float16 buffer is rounded here, once.
+        rounds = self.spec.dtype in LOW_PRECISION and self.body.dtype != self.spec.dtype
         if isinstance(self.body, Pointwise):
-            return ops.store(self.name, out_index, value)
+            return ops.store(self.name, out_index, ops.to_dtype(value, self.spec.dtype) if rounds else value)
         acc = ops.reduction(self.name, self.body.reduction_type, self.body.dtype, value)
+        if rounds and self.body.reduction_type not in ("argmax", "argmin"):
+            acc = ops.to_dtype(acc, self.spec.dtype)
         return ops.store_reduction(self.name, out_index, acc)
 
     def accesses(self) -> ReadsWrites:

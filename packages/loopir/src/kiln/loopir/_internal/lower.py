@@ -20,12 +20,13 @@ import torch.fx as fx
 
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
 from .registry import Lowerings, default_lowerings
-from .sizes import Expr, to_expr, to_exprs
+from .sizes import Expr, compute_dtype, to_expr, to_exprs
 from .values import Lazy, StridedView, Value
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
+SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
+                              torch.bool})
 
 
 class LoweringError(NotImplementedError):
@@ -98,7 +99,8 @@ class LoweringContext:
         if isinstance(value, StridedView):
             return value
         spec = BufferSpec.contiguous(self.new_buffer_name(), value.dtype, value.size)
-        self.steps.append(ComputedBuffer(spec, Pointwise(value.size, value.inner_fn, value.dtype),
+        # A low-precision value is computed in float32 and rounded once, on store (`ComputedBuffer.run`).
+        self.steps.append(ComputedBuffer(spec, Pointwise(value.size, value.inner_fn, compute_dtype(value.dtype)),
                                          value.origins))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
 

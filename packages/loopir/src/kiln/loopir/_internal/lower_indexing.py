@@ -56,7 +56,8 @@ def _in_range(ops: Any, expr: Expr, low: Expr | None, high: Expr | None) -> Any:
 
 def _load_as(ops: Any, value: Any, index: Sequence[Expr], dtype: torch.dtype) -> Any:
     loaded = value.load(ops, index)
-    return loaded if value.dtype == dtype else ops.to_dtype(loaded, dtype)
+    have = value.value_dtype if isinstance(value, Lazy) else value.dtype
+    return loaded if have == dtype else ops.to_dtype(loaded, dtype)
 
 
 @TABLE.register("pointwise", aten.cat.default)
@@ -127,8 +128,8 @@ def lower_flip(ctx, node, x, dims):
     def inner(ops: Any, index: tuple[Expr, ...]) -> Any:
         return x.load(ops, tuple(x.size[k] - 1 - i if k in flipped else i for k, i in enumerate(index)))
 
-    origins = x.origins if isinstance(x, Lazy) else ()
-    return Lazy(x.dtype, tuple(x.size), inner, origins + (node.name,))
+    origins, computed = (x.origins, x.computed) if isinstance(x, Lazy) else ((), None)
+    return Lazy(x.dtype, tuple(x.size), inner, origins + (node.name,), computed)
 
 
 @TABLE.register("constant", aten.arange.start_step)

@@ -12,6 +12,7 @@ import torch.fx as fx
 
 from .registry import Lowerings
 from .sizes import Expr, to_exprs
+from .sizes import compute_dtype as upcast
 from .values import Lazy, StridedView
 
 aten = torch.ops.aten
@@ -25,7 +26,8 @@ def broadcast_load(ops: Any, operand: Any, index: Sequence[Expr], dtype: torch.d
         own = index[len(index) - rank:] if rank else ()
         own = tuple(sympy.Integer(0) if s == 1 else i for i, s in zip(own, operand.size))
         value = operand.load(ops, own)
-        return value if operand.dtype == dtype else ops.to_dtype(value, dtype)
+        loaded = operand.value_dtype if isinstance(operand, Lazy) else operand.dtype
+        return value if loaded == dtype else ops.to_dtype(value, dtype)
     if isinstance(operand, sympy.Expr) and not operand.is_number:
         return ops.index_expr(operand, dtype)
     return constant(ops, operand, dtype)
@@ -67,16 +69,21 @@ def _promotion_probe(operand: Any) -> Any:
 
 def pointwise(node: fx.Node, fn: Callable[..., Any], *operands: Any,
               compute_dtype: torch.dtype | None = None) -> Lazy:
-    """A Lazy value computing `fn(ops, *loaded_operands)` in `compute_dtype` at every index."""
+    """A Lazy value computing `fn(ops, *loaded_operands)` in `compute_dtype` at every index.
+
+    Without `compute_dtype`, a bfloat16/float16 result is computed in float32 and stays a
+    float32 value (rounded when stored: see `sizes.compute_dtype`); an explicit `compute_dtype`
+    (a cast, a comparison in the promoted dtype) is used as given."""
     out_dtype, out_size = out_dtype_size(node)
-    dtype = compute_dtype or out_dtype
+    dtype = compute_dtype or upcast(out_dtype)
 
     def inner(ops: Any, index: tuple[Expr, ...]) -> Any:
         loaded = [broadcast_load(ops, o, index, dtype) for o in operands]
         result = fn(ops, *loaded)
-        return result if dtype == out_dtype else ops.to_dtype(result, out_dtype)
+        return result if dtype in (out_dtype, upcast(out_dtype)) else ops.to_dtype(result, out_dtype)
 
-    return Lazy(out_dtype, out_size, inner, (node.name,))
+    computed = dtype if dtype != out_dtype and dtype == upcast(out_dtype) else None
+    return Lazy(out_dtype, out_size, inner, (node.name,), computed)
 
 
 def _scaled(ops: Any, value: Any, alpha: Any, dtype: torch.dtype) -> Any:

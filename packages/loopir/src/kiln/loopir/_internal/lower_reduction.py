@@ -12,7 +12,7 @@ import torch
 from .ir import Reduction
 from .lower_pointwise import broadcast_load, pointwise
 from .registry import Lowerings
-from .sizes import Expr, contiguous_strides, flat_index, numel, to_exprs
+from .sizes import Expr, compute_dtype, contiguous_strides, flat_index, numel, to_exprs
 
 aten = torch.ops.aten
 TABLE = Lowerings()
@@ -27,12 +27,14 @@ def _reduced_dims(rank: int, dims: Sequence[int] | int | None) -> tuple[int, ...
     return tuple(sorted({d % rank for d in dims}))
 
 
-def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str, out: Any = None) -> Any:
+def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str, out: Any = None,
+           store_dtype: torch.dtype | None = None) -> Any:
     """Realize a `Reduction` of `value` over `dims`; returns the result's StridedView. `out` is
-    the result's FakeTensor (default: the node's meta["val"])."""
+    the result's FakeTensor (default: the node's meta["val"]); the buffer has `store_dtype`
+    (default: out's). bfloat16/float16 values are loaded as float32 and accumulate in float32."""
     out = node.meta["val"] if out is None else out
     arg = reduction_type in ("argmax", "argmin")
-    dtype = value.dtype if arg else out.dtype  # arg reductions compare the input's values
+    dtype = compute_dtype(value.dtype if arg else out.dtype)  # arg reductions compare the input's values
     in_size = value.size
     reduced = _reduced_dims(len(in_size), dims)
     kept = [d for d in range(len(in_size)) if d not in reduced]
@@ -52,7 +54,7 @@ def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str, out: Any 
         return loaded, ops.index_expr(position, torch.int64)
 
     reduction = Reduction(to_exprs(out.shape), reduced_sizes, reduction_type, inner, dtype)
-    return ctx.add_reduction(reduction, to_exprs(out.shape), node.name, out.dtype)
+    return ctx.add_reduction(reduction, to_exprs(out.shape), node.name, store_dtype or out.dtype)
 
 
 @TABLE.register("reduction", aten.sum.dim_IntList)
@@ -77,7 +79,8 @@ def lower_amin(ctx, node, x, dims=(), keepdim=False):
 
 @TABLE.register("reduction", aten.mean.dim)
 def lower_mean(ctx, node, x, dims=None, keepdim=False, *, dtype=None):
-    total = reduce(ctx, node, x, dims, keepdim, "sum")
+    # a low-precision sum stays float32 until divided: one rounding, as eager's mean
+    total = reduce(ctx, node, x, dims, keepdim, "sum", store_dtype=compute_dtype(node.meta["val"].dtype))
     count = numel([x.size[d] for d in _reduced_dims(len(x.size), dims)])
     return pointwise(node, lambda ops, s, n: ops.truediv(s, n), total, count)
 

@@ -33,6 +33,16 @@ class FloorDiv(sympy.Function):
         return None
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype loop bodies compute a value of `dtype` in: float32 for bfloat16 and float16
+    (loads upcast, math in float32, rounding to the storage dtype only on store, as Inductor
+    does), the dtype itself otherwise."""
+    return torch.float32 if dtype in LOW_PRECISION else dtype
+
+
 def to_expr(size: int | torch.SymInt | Expr) -> Expr:
     """An int, SymInt or sympy expression as a sympy expression in loopir's vocabulary."""
     if isinstance(size, torch.SymInt):

@@ -42,9 +42,17 @@ class Lazy:
     size: tuple[Expr, ...]
     inner_fn: Callable[[Any, tuple[Expr, ...]], Any]
     origins: tuple[str, ...] = ()
+    # the dtype `inner_fn` computes in, when not `dtype`: float32 for a bfloat16/float16 value
+    # that is rounded only where it is stored (see `sizes.compute_dtype`)
+    computed: torch.dtype | None = None
 
     def load(self, ops: Any, index: Sequence[Expr]) -> Any:
         return self.inner_fn(ops, tuple(index))
+
+    @property
+    def value_dtype(self) -> torch.dtype:
+        """The dtype of what `load` returns."""
+        return self.computed or self.dtype
 
 
 Value = StridedView | Lazy
@@ -58,4 +66,5 @@ def as_lazy(value: Value, size: Sequence[Expr], index_fn: Callable[[tuple[Expr, 
         return value.load(ops, index_fn(index))
 
     origins = value.origins if isinstance(value, Lazy) else ()
-    return Lazy(value.dtype, tuple(size), inner, origins + (origin,))
+    computed = value.computed if isinstance(value, Lazy) else None
+    return Lazy(value.dtype, tuple(size), inner, origins + (origin,), computed)

@@ -1,0 +1,81 @@
+"""bfloat16 and float16 kernels: loads upcast to float32, math in float32 (libdevice on float32
+values), reductions accumulating in float32, one rounding on store.
+
+Triton's interpreter converts float32 to bfloat16 by truncation (a GPU rounds to nearest even),
+so on the interpreter bfloat16 results may differ from eager's by one more bfloat16 ulp; float16
+conversions round to nearest on both."""
+
+import os
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.codegen_triton import TritonOptions, compile, generate, verify
+from kiln.loopir import lower
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
+DEVICE = os.environ.get("KILN_TRITON_TEST_DEVICE", "cpu")
+LOW = [torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(scope="module")
+def options(tmp_path_factory):
+    return TritonOptions(cache_dir=tmp_path_factory.mktemp("triton_cache"), xblock=16)
+
+
+def softmax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def layer_norm(x, w, b):
+    centered = x - x.mean(-1, keepdim=True)
+    return centered * torch.rsqrt((centered * centered).mean(-1, keepdim=True) + 1e-5) * w + b
+
+
+def rms_norm(x, w):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def gelu(x):
+    return 0.5 * x * (1 + torch.erf(x * 0.7071067811865476))
+
+
+CASES = {softmax: [(16, 96)], layer_norm: [(16, 96), (96,), (96,)], rms_norm: [(16, 96), (96,)],
+         gelu: [(16, 96)]}
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("fn", list(CASES), ids=lambda f: f.__name__)
+def test_low_precision_kernels_match_float64_reference_as_well_as_eager(fn, dtype, options):
+    torch.manual_seed(0)
+    args = [torch.randn(s).to(dtype).to(DEVICE) for s in CASES[fn]]
+    kernel_graph = lower(make_fx(fn)(*args))
+    module = compile(kernel_graph, options)
+    verify(module)
+    got = module(*args)
+    reference = fn(*(a.double() for a in args))
+    eager = fn(*args)
+    assert got.dtype == eager.dtype == dtype
+    interpreted_bf16 = dtype == torch.bfloat16 and DEVICE == "cpu"
+    slack = 2.0 ** -7 * float(reference.abs().max()) if interpreted_bf16 else 0.0  # one truncated ulp
+    kiln_error = float((got.double() - reference).abs().max())
+    eager_error = float((eager.double() - reference).abs().max())
+    assert kiln_error <= eager_error * 1.5 + slack + 1e-6, (kiln_error, eager_error)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_loads_upcast_and_stores_round(dtype, options):
+    x = torch.randn(8, 16).to(dtype)
+    source = generate(lower(make_fx(lambda x: (x * 3).exp().sum(-1))(x)))
+    name = "tl.bfloat16" if dtype == torch.bfloat16 else "tl.float16"
+    assert ".to(tl.float32)" in source  # the load, upcast
+    assert f".to({name})" in source  # the store, rounded once
+    assert "tl.full([XBLOCK, RBLOCK], 0, tl.float32)" in source  # the sum accumulates in float32
+
+
+def test_bfloat16_sum_accumulates_in_float32(options):
+    x = torch.ones(4, 4096, dtype=torch.bfloat16, device=DEVICE)
+    module = compile(lower(make_fx(lambda x: x.sum(-1))(x)), options)
+    assert module(x).tolist() == [4096.0] * 4  # a bfloat16 accumulator stops at 256

@@ -1,0 +1,162 @@
+"""`nox -s bench_low_precision`: bfloat16 on a GPU, eager vs Inductor vs kiln in one run.
+
+    python tools/bench_low_precision.py [--suite rows models train] [--out results.md]
+
+* rows: gelu, rmsnorm, layer norm and softmax over 4096-wide rows (and 1024/16384 for
+  softmax), each with its bytes moved over the measured device-to-device copy bandwidth, and
+  kiln's fallback count (an `explain` with the same options);
+* models: Hugging Face BERT, GPT-2 and Llama (6 layers, d768, 8x512) in bfloat16 inference;
+* train: an autocast-bf16 BERT training step (forward, backward), losses compared with eager.
+
+Every number comes from this run; ratios > 1 mean kiln is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import sys
+import tempfile
+
+import torch
+from workloads import CountingBackend, compile_and_time, median_seconds, model_workloads, table
+
+from kiln.integration import backend as kiln_backend
+from kiln.integration import explain
+
+DEVICE = "cuda"
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + write)."""
+    a = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=DEVICE)
+    b = torch.empty_like(a)
+    seconds = median_seconds(lambda: b.copy_(a), 20, device=DEVICE)
+    return 2 * a.numel() * a.element_size() / seconds
+
+
+def gelu(x):
+    return torch.nn.functional.gelu(x)
+
+
+def rmsnorm(x, w):
+    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w
+
+
+def layer_norm(x, w, b):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def softmax(x):
+    return torch.softmax(x, -1)
+
+
+def row_workloads(dtype: torch.dtype):
+    rows = []
+    for width in (1024, 4096, 16384):
+        n = (1 << 27) // width  # 128M elements: 256 MB in bfloat16
+        x = torch.randn(n, width, device=DEVICE, dtype=dtype)
+        w = torch.randn(width, device=DEVICE, dtype=dtype)
+        b = torch.randn(width, device=DEVICE, dtype=dtype)
+        moved = 2 * x.numel() * x.element_size()  # read x, write the result
+        rows.append((f"softmax {n}x{width}", softmax, (x,), moved))
+        if width == 4096:
+            rows += [(f"gelu {n}x{width}", gelu, (x,), moved), (f"rmsnorm {n}x{width}", rmsnorm, (x, w), moved),
+                     (f"layer_norm {n}x{width}", layer_norm, (x, w, b), moved)]
+    return rows
+
+
+def bench(name, fn, args, repeat, moved=None, bandwidth=None):
+    eager = median_seconds(lambda: fn(*args), repeat, device=DEVICE)
+    inductor_fn, inductor_compile, _ = compile_and_time(fn, args, "inductor")
+    inductor = median_seconds(lambda: inductor_fn(*args), repeat, device=DEVICE)
+    options = {"cache_dir": tempfile.mkdtemp(prefix="kiln-bench-")}
+    counting = CountingBackend(functools.partial(kiln_backend, options=options))
+    kiln_fn, kiln_compile, _ = compile_and_time(fn, args, counting)
+    kiln = median_seconds(lambda: kiln_fn(*args), repeat, device=DEVICE)
+    if counting.calls == 0:
+        raise RuntimeError(f"{name}: Dynamo never called the kiln backend")
+    error = float((kiln_fn(*args).float() - fn(*args).float()).abs().max())
+    torch._dynamo.reset()
+    report = explain(fn, *args, options=options)
+    row = [name, f"{eager * 1e3:.3f}", f"{inductor * 1e3:.3f}", f"{kiln * 1e3:.3f}", f"{eager / kiln:.2f}x",
+           f"{inductor / kiln:.2f}x"]
+    if moved is not None:
+        row += [f"{100 * moved / kiln / bandwidth:.1f}", f"{100 * moved / inductor / bandwidth:.1f}"]
+    return row + [str(report.kernel_count), str(len(report.fallback_nodes)), f"{kiln_compile:.1f}", f"{error:.1e}"]
+
+
+def training_step(repeat: int) -> list[str]:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
+                                     intermediate_size=3072, vocab_size=8192, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)
+    model = transformers.BertModel(config).to(DEVICE).train()
+    ids = torch.randint(0, 8192, (8, 512), device=DEVICE)
+
+    def make_step(module):
+        def step():
+            with torch.autocast("cuda", torch.bfloat16):
+                loss = module(ids).last_hidden_state.float().square().mean()
+            loss.backward()
+            return loss.detach()
+        return step
+
+    results = {}
+    for label, backend in (("eager", None), ("inductor", "inductor"), ("kiln", kiln_backend)):
+        torch._dynamo.reset()
+        module = copy.deepcopy(model)
+        compiled = module if backend is None else torch.compile(module, backend=backend)
+        step = make_step(compiled)
+        first = step()
+        results[label] = (median_seconds(step, repeat, device=DEVICE), float(first))
+    eager, inductor, kiln = (results[k][0] for k in ("eager", "inductor", "kiln"))
+    return ["bert 6L d768 8x512 AMP step", f"{eager * 1e3:.1f}", f"{inductor * 1e3:.1f}", f"{kiln * 1e3:.1f}",
+            f"{eager / kiln:.2f}x", f"{inductor / kiln:.2f}x",
+            f"{results['eager'][1]:.5f} / {results['inductor'][1]:.5f} / {results['kiln'][1]:.5f}"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--suite", nargs="+", default=["rows", "models", "train"], choices=["rows", "models", "train"])
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--out", default=None)
+    options = parser.parse_args()
+    lines = [f"torch {torch.__version__}, {torch.cuda.get_device_name()}, bfloat16"]
+
+    def emit(text: str) -> None:
+        lines.append(text)
+        print(text, flush=True)
+        if options.out:
+            with open(options.out, "w") as f:
+                f.write("\n".join(lines) + "\n")
+
+    emit(lines[0])
+    with torch.no_grad():
+        if "rows" in options.suite:
+            bandwidth = copy_bandwidth()
+            emit(f"device-to-device copy: {bandwidth / 1e9:.0f} GB/s")
+            rows = [bench(n, fn, args, options.repeat, moved, bandwidth)
+                    for n, fn, args, moved in row_workloads(torch.bfloat16)]
+            emit(table(["workload", "eager ms", "inductor ms", "kiln ms", "kiln vs eager", "kiln vs inductor",
+                        "kiln % of copy", "inductor % of copy", "kiln kernels", "kiln fallbacks",
+                        "kiln compile s", "max err"], rows))
+        if "models" in options.suite:
+            rows = []
+            for name, model, args in model_workloads(DEVICE):
+                model = model.to(torch.bfloat16)
+                rows.append(bench(name + " bf16", model, args, options.repeat))
+                print(f"done: {name}", file=sys.stderr)
+            emit(table(["workload", "eager ms", "inductor ms", "kiln ms", "kiln vs eager", "kiln vs inductor",
+                        "kiln kernels", "kiln fallbacks", "kiln compile s", "max err"], rows))
+    if "train" in options.suite:
+        emit(table(["workload", "eager ms", "inductor ms", "kiln ms", "kiln vs eager", "kiln vs inductor",
+                    "first loss eager / inductor / kiln"], [training_step(max(5, options.repeat // 3))]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
