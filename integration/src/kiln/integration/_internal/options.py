@@ -46,6 +46,8 @@ class KilnOptions:
     lowerings: loopir's lowering table (a `kiln.loopir.Lowerings`; None: the default), e.g.
         ``default_lowerings() | my_table`` for custom ops: the partitioner sends exactly the
         ops it lowers to loopir.
+    round_low_precision: round every bfloat16/float16 op result as eager does (True), instead
+        of computing in float32 and rounding once on store (False, Inductor's semantics).
     """
 
     debug_dir: pathlib.Path | None = None
@@ -61,6 +63,7 @@ class KilnOptions:
     verify_calls: int = 0
     fill_uninitialized: bool = False
     lowerings: Any = None
+    round_low_precision: bool = False
 
     def __post_init__(self) -> None:
         for name in ("debug_dir", "cache_dir"):

@@ -30,11 +30,16 @@ class LowerOptions:
         (`Kernel.row_temporaries`), for codegens that keep them themselves (codegen_cpp: a row
         scratch buffer per thread; codegen_triton: recomputed where they are loaded). Without
         it every row node's buffer is a kernel output, written to memory.
+    round_low_precision: bfloat16/float16 results are computed in float32 and, by default,
+        rounded once, where they are stored (Inductor's semantics: usually closer to a float64
+        reference than eager). True rounds each ATen op's low-precision result as eager does,
+        for results bit-closer to eager's; reductions accumulate in float32 either way.
     """
 
     lowerings: Lowerings | None = None
     fuse_rows: bool = True
     row_temporaries: bool = False
+    round_low_precision: bool = False
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -45,7 +50,7 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     line) that cannot be lowered.
     """
     options = dataclasses.replace(options or LowerOptions(), **overrides)
-    lowered = lower_graph(gm, options.lowerings)
+    lowered = lower_graph(gm, options.lowerings, options.round_low_precision)
     plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
     kg = build_kernel_graph(gm, lowered, plan)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),

@@ -126,8 +126,11 @@ def node_location(node: fx.Node) -> str:
     return f"node {node.name!r} = {node.target}{where}"
 
 
-def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None) -> LoweredGraph:
-    """Walk `gm` (functional ATen with meta["val"]) and build its loopir steps."""
+def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
+                round_low_precision: bool = False) -> LoweredGraph:
+    """Walk `gm` (functional ATen with meta["val"]) and build its loopir steps. With
+    `round_low_precision`, every bfloat16/float16 result is rounded where its ATen op produces
+    it, as eager does, instead of only where it is stored."""
     table = lowerings if lowerings is not None else default_lowerings()
     ctx = LoweringContext()
     env: dict[fx.Node, Any] = {}
@@ -139,6 +142,8 @@ def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None) -> Lower
             inputs.append(graph_input)
         elif node.op == "call_function":
             env[node] = _lower_call(ctx, table, node, env)
+            if round_low_precision and isinstance(env[node], Lazy) and env[node].computed is not None:
+                env[node] = _rounded(env[node])
         elif node.op == "output":
             outputs = _lower_outputs(ctx, node, env)
         else:
@@ -212,6 +217,16 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
     if isinstance(result, Lazy) and len(node.users) > 1:
         result = ctx.realize(result)
     return result
+
+
+def _rounded(value: Lazy) -> Lazy:
+    """`value` rounded to its dtype where it is computed (it was kept in `value.computed`)."""
+    inner = value.inner_fn
+
+    def rounded(ops: Any, index: tuple[Expr, ...]) -> Any:
+        return ops.to_dtype(inner(ops, index), value.dtype)
+
+    return Lazy(value.dtype, value.size, rounded, value.origins)
 
 
 def size_expr(node: fx.Node) -> Expr:
