@@ -91,7 +91,9 @@ class CompiledKernel:
         status = [ctypes.POINTER(ctypes.c_int32)] if self.checks else []
         self._function.argtypes = [ctypes.c_void_p] * n_ptrs + [ctypes.c_int64] * len(kernel.symbols) + status
         self._function.restype = None
-        self._output_sizes = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs])
+        # each output's sizes, then each one's strides (eager's layout, as loopir planned it)
+        self._output_layouts = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs]
+                                            + [o.stride for o in kernel.outputs])
         self._layouts = _InputLayouts(kernel) if check_inputs else None
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
@@ -102,8 +104,10 @@ class CompiledKernel:
         inputs, sizes = args[:n_in], [int(s) for s in args[n_in:]]
         if self._layouts is not None:
             self._layouts.check(inputs, sizes)
-        outputs = tuple(torch.empty(size, dtype=spec.dtype, device="cpu")
-                        for size, spec in zip(self._output_sizes(*sizes), self.kernel.outputs))
+        layouts = self._output_layouts(*sizes)
+        n_out = len(self.kernel.outputs)
+        outputs = tuple(torch.empty_strided(size, stride, dtype=spec.dtype, device="cpu")
+                        for size, stride, spec in zip(layouts[:n_out], layouts[n_out:], self.kernel.outputs))
         if fill_requested(self.fill):
             fill_uninitialized(outputs)
         pointers = [t.data_ptr() for t in inputs] + [t.data_ptr() for t in outputs]

@@ -222,8 +222,9 @@ def evaluate_kernel(kernel: Kernel, args: Sequence[Any]) -> tuple[torch.Tensor, 
     results = {}
     for node in kernel.nodes:
         size = [evaluate_expr(s, bindings) for s in node.spec.size]
-        results[node.name] = torch.empty(size, dtype=node.spec.dtype)
-        buffers[node.name] = results[node.name].view(-1)
+        stride = [evaluate_expr(s, bindings) for s in node.spec.stride]
+        results[node.name] = torch.empty_strided(size, stride, dtype=node.spec.dtype)
+        buffers[node.name] = _flat_storage(results[node.name])
         ranges = [evaluate_expr(s, bindings) for s in node.ranges]
         rranges = [evaluate_expr(s, bindings) for s in node.reduction_ranges]
         rank = len(ranges) + len(rranges)

@@ -20,7 +20,7 @@ import torch.fx as fx
 
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
 from .registry import Lowerings, default_lowerings
-from .sizes import Expr, compute_dtype, to_expr, to_exprs
+from .sizes import Expr, compute_dtype, contiguous_strides, same_exprs, to_expr, to_exprs
 from .values import Lazy, StridedView, Value
 
 log = logging.getLogger(__name__)
@@ -95,19 +95,27 @@ class LoweringContext:
         self._counter += 1
         return name
 
-    def realize(self, value: Value) -> StridedView:
+    def realize(self, value: Value, like: Any = None) -> StridedView:
+        """`value` as a buffer; laid out as eager lays out the tensor `like` (an ATen node's
+        FakeTensor) when given and dense, else contiguous (see `eager_strides`)."""
         if isinstance(value, StridedView):
             return value
-        spec = BufferSpec.contiguous(self.new_buffer_name(), value.dtype, value.size)
+        stride = eager_strides(like, value.size)
+        spec = BufferSpec(self.new_buffer_name(), value.dtype, tuple(value.size), stride) if stride else \
+            BufferSpec.contiguous(self.new_buffer_name(), value.dtype, value.size)
         # A low-precision value is computed in float32 and rounded once, on store (`ComputedBuffer.run`).
         self.steps.append(ComputedBuffer(spec, Pointwise(value.size, value.inner_fn, compute_dtype(value.dtype)),
                                          value.origins))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
 
     def add_reduction(self, reduction: Reduction, size: Sequence[Expr], origin: str,
-                      dtype: torch.dtype | None = None) -> StridedView:
-        """Realize `reduction` into a new buffer of `dtype` (default: the reduction's)."""
-        spec = BufferSpec.contiguous(self.new_buffer_name(), dtype or reduction.dtype, size)
+                      dtype: torch.dtype | None = None, like: Any = None) -> StridedView:
+        """Realize `reduction` into a new buffer of `dtype` (default: the reduction's), laid out
+        as eager lays out `like` (see `realize`)."""
+        stride = eager_strides(like, size)
+        name = self.new_buffer_name()
+        spec = BufferSpec(name, dtype or reduction.dtype, tuple(size), stride) if stride else \
+            BufferSpec.contiguous(name, dtype or reduction.dtype, size)
         self.steps.append(ComputedBuffer(spec, reduction, (origin,)))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
 
@@ -117,6 +125,29 @@ class LoweringContext:
         spec = BufferSpec(self.new_buffer_name(), val.dtype, to_exprs(val.shape), to_exprs(val.stride()))
         self.steps.append(ExternCall(spec, node.target, realized, tuple(kwargs.items()), (node.name,)))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
+
+
+def eager_strides(like: Any, size: Sequence[Expr]) -> tuple[Expr, ...] | None:
+    """The strides eager gives `like` (a FakeTensor of `size`) when they lay it out densely in
+    some dim order (contiguous, channels-last, a transposed layout, ...), else None. Buffers
+    whose strides something may observe (graph outputs, values an eager op reads through their
+    storage) get eager's layout, so what reads them by strides reads the right elements."""
+    if not isinstance(like, torch.Tensor) or len(like.shape) != len(size):
+        return None
+    stride = to_exprs(like.stride())
+    if not same_exprs(to_exprs(like.shape), size):
+        return None
+    if same_exprs(stride, contiguous_strides(size)):
+        return None  # contiguous: the default
+    if not all(sympy.sympify(e).is_Integer for e in (*stride, *size)):
+        return None  # symbolic layouts: contiguous for now
+    order = sorted(range(len(size)), key=lambda d: (int(stride[d]), -d))
+    expected = 1
+    for d in order:
+        if int(size[d]) != 1 and int(stride[d]) != expected:
+            return None
+        expected *= int(size[d])
+    return stride
 
 
 def node_location(node: fx.Node) -> str:
@@ -215,7 +246,7 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
     except Exception as exc:
         raise LoweringError(f"lowering failed for {node_location(node)}: {exc}") from exc
     if isinstance(result, Lazy) and len(node.users) > 1:
-        result = ctx.realize(result)
+        result = ctx.realize(result, node.meta.get("val"))
     return result
 
 
@@ -265,7 +296,7 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any])
         value = env[item]
         if isinstance(value, Lazy):
             if item not in realized:
-                realized[item] = ctx.realize(value)
+                realized[item] = ctx.realize(value, item.meta.get("val"))  # eager's strides, as outputs
             value = realized[item]
         outs.append(value)
     return tuple(outs)

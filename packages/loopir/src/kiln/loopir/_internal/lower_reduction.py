@@ -54,7 +54,7 @@ def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str, out: Any 
         return loaded, ops.index_expr(position, torch.int64)
 
     reduction = Reduction(to_exprs(out.shape), reduced_sizes, reduction_type, inner, dtype)
-    return ctx.add_reduction(reduction, to_exprs(out.shape), node.name, store_dtype or out.dtype)
+    return ctx.add_reduction(reduction, to_exprs(out.shape), node.name, store_dtype or out.dtype, like=out)
 
 
 @TABLE.register("reduction", aten.sum.dim_IntList)

@@ -1,0 +1,43 @@
+"""Compiled regions keep eager's layouts where something can observe them (issue 19's silent
+wrong result: an eager as_strided reading a compiled channels-last value's storage)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kiln.integration import backend, explain
+
+aten = torch.ops.aten
+
+
+def _compiled(fn, codegen):
+    return torch.compile(fn, backend=lambda gm, ex: backend(gm, ex, options={"fallback": False, "codegen": codegen}))
+
+
+@pytest.mark.parametrize("codegen", ["cpu", "reference"])
+def test_as_strided_of_a_compiled_channels_last_value_matches_eager(codegen):
+    x = torch.randn(8, 384, 20, 20).to(memory_format=torch.channels_last)
+
+    def f(x):
+        return aten.as_strided(x + 1, (8, 384, 2, 20, 12), (153600, 1, 61440, 384, 7680), 0) + 2
+
+    report = explain(f, x, options={"fallback": False, "codegen": codegen})
+    assert report.kernel_count >= 1
+    torch._dynamo.reset()
+    torch.testing.assert_close(_compiled(f, codegen)(x), f(x))
+
+
+@pytest.mark.parametrize("codegen", ["cpu", "reference"])
+def test_outputs_keep_channels_last_and_transposed_layouts(codegen):
+    x = torch.randn(2, 6, 5, 4).to(memory_format=torch.channels_last)
+    y = torch.randn(7, 9).t()
+
+    def f(x, y):
+        return x * 2 + 1, torch.relu(y) * y
+
+    got, expected = _compiled(f, codegen)(x, y), f(x, y)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+        assert g.stride() == e.stride()
+    assert got[0].is_contiguous(memory_format=torch.channels_last)
