@@ -20,7 +20,7 @@ import sympy
 import torch
 
 from .lower_pointwise import broadcast_load, constant, out_dtype_size
-from .lower_views import _slice_start, diagonal_dims
+from .lower_views import _slice_start, diagonal_dims, runtime_index
 from .registry import Lowerings
 from .sizes import Expr, FloorDiv, to_expr
 from .values import Lazy
@@ -256,7 +256,9 @@ def lower_select_scatter(ctx, node, x, src, dim, index):
 
     def inner(ops: Any, out_index: tuple[Expr, ...]) -> Any:
         new = _load_as(ops, src, out_index[:dim] + out_index[dim + 1:], dtype)
-        hit = ops.eq(ops.index_expr(out_index[dim], I64), ops.index_expr(chosen, I64))
+        # a symbolic index may be negative at run time: wrapped, and checked, as eager does
+        at = chosen if chosen.is_number else runtime_index(ops, chosen, size[dim])
+        hit = ops.eq(ops.index_expr(out_index[dim], I64), ops.index_expr(at, I64))
         return ops.where(hit, new, _load_as(ops, x, out_index, dtype))
 
     return Lazy(dtype, size, inner, (node.name,))

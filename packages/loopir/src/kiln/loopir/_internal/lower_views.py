@@ -11,7 +11,7 @@ import torch
 from .lower import size_expr
 from .registry import Lowerings
 from .sizes import Expr, contiguous_strides, flat_index, to_expr, to_exprs, unflatten
-from .values import StridedView, as_lazy
+from .values import Lazy, StridedView, as_lazy
 
 aten = torch.ops.aten
 TABLE = Lowerings()
@@ -151,6 +151,12 @@ def _slice_start(start: Any, dim_size: Expr, out_len: Expr) -> Expr:
     return sympy.Min(start, dim_size) if dim_size.is_number else start
 
 
+def runtime_index(ops: Any, index: Expr, size: Expr) -> Expr:
+    """A symbolic (SymInt) index as eager takes it at run time: negative values wrap by `size`,
+    values outside [-size, size) raise IndexError (the kernel's index check)."""
+    return ops.indirect_indexing(ops.index_expr(index, torch.int64), size)
+
+
 @TABLE.register("view", aten.select.int)
 def lower_select(ctx, node, x, dim, index):
     dim = dim % len(x.size)
@@ -158,6 +164,16 @@ def lower_select(ctx, node, x, dim, index):
     if index.is_number and index < 0:
         index = index + x.size[dim]
     size = [s for k, s in enumerate(x.size) if k != dim]
+    if not index.is_number:
+        # A symbolic index may be negative at run time: loads wrap (and check) it, as eager does.
+        # (A strided view's offset cannot: it is computed on the host, unchecked.)
+        def inner(ops: Any, idx: tuple[Expr, ...]) -> Any:
+            at = runtime_index(ops, index, x.size[dim])
+            return x.load(ops, tuple(idx[:dim]) + (at,) + tuple(idx[dim:]))
+
+        origins = x.origins if isinstance(x, Lazy) else ()
+        return Lazy(x.dtype, tuple(size), inner, origins + (node.name,),
+                    x.computed if isinstance(x, Lazy) else None)
     if isinstance(x, StridedView):
         stride = tuple(s for k, s in enumerate(x.stride) if k != dim)
         return StridedView(x.buffer, x.dtype, tuple(size), stride, x.offset + index * x.stride[dim])
