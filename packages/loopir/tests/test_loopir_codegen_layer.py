@@ -39,6 +39,8 @@ def test_size_function_rows_and_unknown_symbols():
     other = sympy.Symbol("s9", integer=True)
     rows = SizeFunction((S0, S1), [(S0, 2 * S1), (), (S0 * S1, other)], unknown_as_none=True)
     assert rows(3, 4) == [(3, 8), (), (12, None)]
+    # every value known without the symbols (constants, or unknown ones as None)
+    assert SizeFunction((S0, S1), [(other, 3)], unknown_as_none=True)(5, 6) == [(None, 3)]
     with pytest.raises(NotImplementedError, match="uses s9, which is not given at run time"):
         SizeFunction((S0,), [(other,)])
     with pytest.raises(NotImplementedError, match="cannot evaluate size expression"):

@@ -100,7 +100,8 @@ class SizeFunction:
         # Every value known now (no size symbols): the same rows at every call (do not modify).
         self._known = None
         if all(kind == "constant" for row in slots for kind, _ in row):
-            self._known = [row(self._constants) for row in self._rows]
+            placeholders = (0,) * len(self.params)  # no row reads a symbol's value
+            self._known = [row(placeholders + self._constants) for row in self._rows]
 
         self._memo: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
 
