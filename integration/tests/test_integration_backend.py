@@ -189,6 +189,18 @@ def test_unknown_option_lists_valid_keys():
         KilnOptions.create({"no_such_option": 1}, environ={})
 
 
+@pytest.mark.parametrize(("options", "message"), [
+    ({"codegen": "metal"}, r"codegen='metal' names no codegen; registered under 'kiln.codegen': cpu, cuda, reference"),
+    ({"fallback": "no"}, r"fallback must be bool, got 'no' \(str\)"),
+    ({"parallel_threshold": "big"}, r"parallel_threshold must be int, got 'big'"),
+    ({"min_region_size": True}, r"min_region_size must be int, got True \(bool\)"),
+    ({"bias_epilogues": 1}, r"bias_epilogues must be bool or None"),
+])
+def test_bad_option_values_name_the_option_and_what_is_valid(options, message):
+    with pytest.raises(OptionsError, match=message):
+        KilnOptions.create(options)
+
+
 def test_options_from_environment_and_overrides(tmp_path):
     options = KilnOptions.create({"min_region_size": 2}, environ={"KILN_DEBUG": str(tmp_path)})
     assert options.debug_dir == tmp_path and options.min_region_size == 2
@@ -216,7 +228,7 @@ def test_triton_codegen_through_the_backend_under_the_interpreter(monkeypatch):
 
 
 def test_unknown_codegen_is_a_clear_error():
-    with pytest.raises(Exception, match="no kiln codegen named 'tpu'"):
+    with pytest.raises(Exception, match="codegen='tpu' names no codegen"):
         torch.compile(silu_tanh_sum, backend=Counting(codegen="tpu", fallback=False))(torch.randn(2, 2))
 
 

@@ -66,6 +66,11 @@ class KilnOptions:
     round_low_precision: bool = False
 
     def __post_init__(self) -> None:
+        for name, kinds in _TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                wanted = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+                raise OptionsError(f"kiln option {name} must be {wanted}, got {value!r} ({type(value).__name__})")
         for name in ("debug_dir", "cache_dir"):
             value = getattr(self, name)
             if value is not None:
@@ -100,11 +105,28 @@ class KilnOptions:
             if key not in valid:
                 raise OptionsError(f"unknown kiln option {key!r}; valid options: {', '.join(valid)}")
             values[key] = value
-        return cls(**values)
+        options = cls(**values)
+        if options.codegen is not None:
+            from .codegens import ENTRY_POINT_GROUP, registered  # codegens imports this module
+
+            names = sorted(registered())
+            if options.codegen not in names:
+                raise OptionsError(f"kiln option codegen={options.codegen!r} names no codegen; registered under "
+                                   f"{ENTRY_POINT_GROUP!r}: {', '.join(names)}")
+        return options
 
     def codegen_settings(self) -> dict[str, Any]:
         """Every option by name: what a codegen's `make_options` reads its own from."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+
+_PATH = (str, os.PathLike, type(None))
+_TYPES: dict[str, tuple[type, ...]] = {
+    "debug_dir": _PATH, "cache_dir": _PATH, "min_region_size": (int,), "fallback": (bool,), "verify": (bool,),
+    "openmp": (bool,), "parallel_threshold": (int,), "codegen": (str, type(None)), "partitioner": (str,),
+    "bias_epilogues": (bool, type(None)), "verify_calls": (int,), "fill_uninitialized": (bool,),
+    "round_low_precision": (bool,),
+}
 
 
 def _int_variable(environ: Mapping[str, str], name: str) -> int:
