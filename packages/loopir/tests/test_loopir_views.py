@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import sympy
 import torch
 
@@ -170,8 +169,6 @@ def test_module_parameters_become_get_attr_buffers(check):
     assert len(kg_grad.kernels) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="computed outputs are always contiguous; eager's layout "
-                   "(preserve_format clone, pointwise on a transposed input) is not reproduced yet")
 def test_output_strides_follow_eager(check):
     x = torch.randn(3, 4).t()
     kg = check(lambda x: x.clone(), x)
