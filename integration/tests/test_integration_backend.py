@@ -296,3 +296,9 @@ def test_hugging_face_models_from_configs(family):
         out = torch.compile(model, backend=counting)(ids).last_hidden_state
     assert counting.calls >= 1
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_max_over_an_empty_dim_raises_indexerror_as_eager():
+    x = torch.randn(3, 0)
+    with pytest.raises(IndexError, match="Expected reduction dim 1 to have non-zero size"):
+        torch.compile(lambda x: x.max(-1), backend=Counting(fallback=True))(x)

@@ -189,3 +189,25 @@ def test_verify_rejects_getitem_past_the_outputs():
     getitem.args = (getitem.args[0], 5)
     with pytest.raises(ValueError, match=r"node buf0 uses the result of kernel0, which is a tuple of 2 outputs"):
         verify(kg)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.max(-1), lambda x: x.min(-1)])
+def test_max_min_over_an_empty_dim_are_left_to_eager_which_raises(fn):
+    # (amax/amin/argmax refuse it while tracing already; max.dim/min.dim reach loopir)
+    x = torch.randn(3, 0)
+    with pytest.raises(IndexError):
+        fn(x)
+    with pytest.raises(LoweringError, match="reduces over an empty dim, which eager refuses with an IndexError"):
+        lower(_trace_without_running(fn, x))
+
+
+def _trace_without_running(fn, x):
+    """make_fx in fake mode: eager's own check does not run while tracing."""
+    return make_fx(fn, tracing_mode="fake")(x)
+
+
+def test_any_all_over_an_empty_dim_still_lower():
+    x = torch.zeros(3, 0, dtype=torch.bool)
+    kg = lower(make_fx(lambda x: (x.any(-1), x.all(-1)))(x))
+    any_, all_ = kg(x)
+    assert not any_.any() and all_.all()

@@ -94,8 +94,22 @@ _REDUCE = {
     # Reduced dims are the trailing ones: prod (which takes one dim) reduces them flattened.
     "sum": lambda v, dims, dtype: v.sum(dims, dtype=dtype),
     "prod": lambda v, dims, dtype: v.flatten(dims[0]).prod(-1, dtype=dtype),
-    "max": lambda v, dims, dtype: v.amax(dims), "min": lambda v, dims, dtype: v.amin(dims),
+    "max": lambda v, dims, dtype: _extremum(v, dims, dtype, True),
+    "min": lambda v, dims, dtype: _extremum(v, dims, dtype, False),
 }
+
+
+def _extremum(v: torch.Tensor, dims: tuple[int, ...], dtype: torch.dtype, largest: bool) -> torch.Tensor:
+    """amax/amin; over no element, the identity (-inf/+inf, the dtype's bounds, False/True: any
+    and all over an empty dim, the only max/min reductions loopir lowers over one)."""
+    if v.numel() or not v.shape or all(v.shape[d] for d in dims):
+        return v.amax(dims) if largest else v.amin(dims)
+    shape = [n for d, n in enumerate(v.shape) if d not in dims]
+    if dtype == torch.bool:
+        return torch.full(shape, not largest, dtype=dtype)
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    fill = (-float("inf") if largest else float("inf")) if dtype.is_floating_point else (info.min if largest else info.max)
+    return torch.full(shape, fill, dtype=dtype)
 
 
 class TorchHandler(OpsHandler):

@@ -10,12 +10,15 @@ import sympy
 import torch
 
 from .ir import Reduction
+from .lower import LoweringError, node_location
 from .lower_pointwise import broadcast_load, pointwise
 from .registry import Lowerings
 from .sizes import Expr, compute_dtype, contiguous_strides, flat_index, numel, to_exprs
 
 aten = torch.ops.aten
 TABLE = Lowerings()
+# any/all are max/min reductions that eager allows over an empty dim (False / True)
+_NEUTRAL_ON_EMPTY = (aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims)
 
 
 def _reduced_dims(rank: int, dims: Sequence[int] | int | None) -> tuple[int, ...]:
@@ -39,6 +42,11 @@ def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str, out: Any 
     reduced = _reduced_dims(len(in_size), dims)
     kept = [d for d in range(len(in_size)) if d not in reduced]
     reduced_sizes = tuple(in_size[d] for d in reduced)
+    if reduction_type in ("max", "min", "argmax", "argmin") and \
+            any(sympy.sympify(s) == 0 for s in reduced_sizes) and node.target not in _NEUTRAL_ON_EMPTY:
+        # eager raises IndexError ("Expected reduction dim to have non-zero size"): left to eager
+        raise LoweringError(f"{node_location(node)} reduces over an empty dim, which eager refuses with an "
+                            "IndexError; not lowered, so eager raises it")
 
     def inner(ops: Any, index: tuple[Expr, ...], rindex: tuple[Expr, ...]) -> Any:
         full = [sympy.Integer(0)] * len(in_size)
