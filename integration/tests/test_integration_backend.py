@@ -302,3 +302,26 @@ def test_max_over_an_empty_dim_raises_indexerror_as_eager():
     x = torch.randn(3, 0)
     with pytest.raises(IndexError, match="Expected reduction dim 1 to have non-zero size"):
         torch.compile(lambda x: x.max(-1), backend=Counting(fallback=True))(x)
+
+
+def test_an_input_mutated_in_place_and_returned_is_the_input_itself():
+    def add_in_place(x):
+        x.add_(1)
+        return x
+
+    def augmented(x, y):
+        y *= 2
+        return x * y, y
+
+    for fn, count in ((add_in_place, 1), (augmented, 2)):
+        torch._dynamo.reset()
+        inputs = [torch.randn(4) for _ in range(count)]
+        expected_inputs = [t.clone() for t in inputs]
+        with torch.no_grad():
+            got = torch.compile(fn, backend=Counting(min_region_size=1))(*inputs)
+            expected = fn(*expected_inputs)
+        got = got if isinstance(got, tuple) else (got,)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        assert [g is i for g in got for i in inputs] == [e is i for e in expected for i in expected_inputs]
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e)

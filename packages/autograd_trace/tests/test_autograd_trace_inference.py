@@ -427,3 +427,19 @@ def test_lifted_name_clashing_with_a_traced_constant_is_renamed() -> None:
     assert len(targets) == 2 and len(set(targets)) == 2
     (out,) = traced(torch.ones(2))
     torch.testing.assert_close(out, torch.tensor([6.0, 7.0]))
+
+
+def test_a_mutated_input_that_is_returned_is_returned_itself() -> None:
+    class AddInPlace(torch.nn.Module):
+        def forward(self, x, y):
+            x.add_(1)
+            return x, y + 1
+
+    gm = torch.fx.symbolic_trace(AddInPlace())
+    traced = trace_inference(gm, [torch.randn(3), torch.randn(3)])
+    (outputs,) = [n.args[0] for n in traced.graph.nodes if n.op == "output"]
+    assert outputs[0].target is torch.ops.aten.copy_.default  # the write-back returns x itself
+    x, y = torch.randn(3), torch.randn(3)
+    expected = x + 1
+    got = traced(x, y)
+    assert got[0] is x and torch.equal(x, expected)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -61,12 +62,61 @@ def trace_inference(
     result = restore_lifted_tensors(traced, lifted, num_user_inputs=len(fake_inputs))
     add_constant_vals(result, fake_mode)
     _rename_placeholders(result.graph, placeholders, fake_inputs)
+    _return_mutated_inputs_themselves(gm, result)
     result.graph.lint()
     result.recompile()
     log.debug(
         "traced %d nodes (%d unused removed):\n%s", len(result.graph.nodes), removed, result.code
     )
     return result
+
+
+_INPLACE_OPERATORS = frozenset({
+    operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.imod,
+    operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
+})
+
+
+def _mutated_input_of(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The placeholder `node` is (itself, or through in-place ops that return their first
+    argument: ``x.add_(1)``, ``x += 1``), else None."""
+    while True:
+        if node.op == "placeholder":
+            return node
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+        inplace = node.target in _INPLACE_OPERATORS or (
+            isinstance(name, str) and name.endswith("_") and not name.startswith("_"))
+        if node.op not in ("call_method", "call_function") or not inplace or not node.args \
+                or not isinstance(node.args[0], torch.fx.Node):
+            return None
+        node = node.args[0]
+
+
+def _return_mutated_inputs_themselves(source: torch.fx.GraphModule, traced: torch.fx.GraphModule) -> None:
+    """An output that is an input the graph mutated in place (``x.add_(1); return x``) is that
+    input object, as in eager: the functional graph computes its new value, writes it back with
+    ``copy_`` and returns the ``copy_`` (which returns the input itself), not the new value."""
+    source_out = next(n for n in source.graph.nodes if n.op == "output").args[0]
+    traced_out = next(n for n in traced.graph.nodes if n.op == "output")
+    if not isinstance(source_out, (tuple, list)) or not isinstance(traced_out.args[0], (tuple, list)):
+        return
+    source_inputs = [n for n in source.graph.nodes if n.op == "placeholder"]
+    traced_inputs = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    writebacks = {}
+    for node in traced.graph.nodes:  # the last write-back of each input
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
+            writebacks[node.args[0]] = node
+    outputs = list(traced_out.args[0])
+    for position, value in enumerate(source_out):
+        if not isinstance(value, torch.fx.Node) or position >= len(outputs):
+            continue
+        placeholder = _mutated_input_of(value)
+        if placeholder is None:
+            continue
+        writeback = writebacks.get(traced_inputs[source_inputs.index(placeholder)])
+        if writeback is not None:
+            outputs[position] = writeback
+    traced_out.args = (type(traced_out.args[0])(outputs),)
 
 
 def _trace_functional(
