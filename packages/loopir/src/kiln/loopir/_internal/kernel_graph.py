@@ -71,6 +71,7 @@ class KernelGraph:
     kernels: tuple[Kernel, ...]
     externs: tuple[ExternCall, ...]
     decisions: tuple[FusionDecision, ...]
+    _key: list = dataclasses.field(default_factory=list, init=False, compare=False, repr=False)  # key(), once
 
     def __call__(self, *args: Any) -> Any:
         return self.gm(*args)
@@ -80,15 +81,20 @@ class KernelGraph:
         the extern calls, the fusion decisions and the module's attributes (tensor constants by
         dtype, layout and content). Two lowerings of the same graph have equal keys; `==` and
         `hash` compare keys."""
-        attributes = tuple((n.target, _frozen(_get_attr(self.gm, n.target)))
-                           for n in self.gm.graph.nodes if n.op == "get_attr")
-        return (self.gm.code, self.kernels, _frozen(self.externs), self.decisions, attributes)
+        if not self._key:  # computed once: tensor constants are hashed by content
+            attributes = tuple((n.target, _frozen(_get_attr(self.gm, n.target)))
+                               for n in self.gm.graph.nodes if n.op == "get_attr")
+            self._key.append((self.gm.code, self.kernels, _frozen(self.externs), self.decisions, attributes))
+        return self._key[0]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, KernelGraph) and (self is other or self.key() == other.key())
 
     def __hash__(self) -> int:
-        return hash(self.key())
+        try:
+            return hash(self.key())
+        except AttributeError:  # hashed while being built (e.g. by a tracer): no content yet
+            return object.__hash__(self)
 
     def __str__(self) -> str:
         parts = [self.gm.code.strip()]
