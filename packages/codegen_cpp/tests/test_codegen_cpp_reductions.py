@@ -95,6 +95,8 @@ def test_without_openmp_runs_serially(cpp):
     compiled = serial.check(lambda x: (x.sum(), x.amax(1), x * 2), _with_nan((4, 9), [5]))
     assert "omp parallel" not in compiled.source
     assert "#pragma omp simd" in compiled.source  # still vectorization hints (-fopenmp-simd)
+    vector = serial.with_options(vectorize=True).check(lambda x: (x.sum(), x.amax(1), x * 2), _with_nan((4, 9), [5]))
+    assert "// vector code" in vector.source and "// scalar loop" not in vector.source  # kiln's own SIMD
 
 
 def _softmax(x):

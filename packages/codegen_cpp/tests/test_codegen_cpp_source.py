@@ -127,18 +127,24 @@ def _gate(x):
 
 
 @pytest.mark.parametrize("vector_math", [True, False])
-def test_vector_math_declarations_and_simd_loops(tmp_path, vector_math):
+def test_libmvec_declarations_and_simd_pragmas_of_scalar_loops(tmp_path, vector_math):
     x = torch.randn(33, 65)
     kg = loopir.lower(make_fx(_gate)(x))
-    options = codegen_cpp.CppOptions(cache_dir=tmp_path, vector_math=vector_math, parallel_threshold=0)
+    options = codegen_cpp.CppOptions(cache_dir=tmp_path, vector_math=vector_math, parallel_threshold=0,
+                                     vectorize=False)
     source = codegen_cpp.generate(kg, options)
     assert ("#pragma omp declare simd notinbranch\nfloat expf(float);" in source) == vector_math
+    assert "// scalar loop: vectorization is off (CppOptions.vectorize)\n" in source
     assert "#pragma omp simd\n" in source  # the innermost pointwise loop
     module = codegen_cpp.compile(kg, options)
     torch.testing.assert_close(module(x), _gate(x))
 
 
-def test_one_dimensional_pointwise_loop_is_parallel_and_simd(tmp_path):
+def test_one_dimensional_pointwise_loop_is_parallel_simd_or_vector_code(tmp_path):
     x = torch.randn(100)
     source = codegen_cpp.generate(loopir.lower(make_fx(_gate)(x)), codegen_cpp.CppOptions(cache_dir=tmp_path))
-    assert "#pragma omp parallel for simd if(" in source
+    assert "#pragma omp parallel for simd if(" in source  # the default: scalar, marked simd
+    source = codegen_cpp.generate(loopir.lower(make_fx(_gate)(x)),
+                                  codegen_cpp.CppOptions(cache_dir=tmp_path, vectorize=True))
+    assert re.search(r"#pragma omp parallel for if\(.*\)\n *for \(int64_t i0 = 0; i0 < kiln::vector_end\(100\); "
+                     r"i0 \+= KILN_LANES\)", source)

@@ -12,7 +12,7 @@ import torch.fx as fx
 from kiln.loopir import Kernel, KernelGraph
 
 from .build import CppCompileError, build_library, load_library
-from .kernel_source import kernel_graph_source
+from .function_source import kernel_graph_source
 from .options import CppOptions
 from .runtime import CompiledKernel
 

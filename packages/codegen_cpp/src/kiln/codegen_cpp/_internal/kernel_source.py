@@ -1,28 +1,26 @@
-"""C++ source for loopir kernels: a `CppHandler` turns loop bodies into statements.
+"""Scalar C++ statements for loopir loop bodies: the `CppHandler`, and the prelude of helpers
+the statements call.
 
-One kernel becomes one `extern "C"` function: pointer parameters for inputs and outputs,
-`int64_t` parameters for size symbols, one loop nest over the kernel's outer ranges, and the
-nodes' statements in order inside it. Buffers that never leave the kernel stay in local
-variables (the scheduler guarantees they are read where they were written); a row node that
-is not an output (`Kernel.row_temporaries`) lives in a row-sized scratch array per thread.
-Reduction loops are in `reduction_source.py`.
+Values are local variables. Buffers that never leave the kernel stay in local variables (the
+scheduler guarantees they are read where they were written); a row node that is not an output
+(`Kernel.row_temporaries`) lives in a row-sized scratch array per thread. The loops around the
+statements are `function_source.py`'s; vector statements are `vector_source.py`'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
 import sympy
 import torch
 
-from kiln.loopir import ComputedBuffer, Kernel, Reduction, index_vars, indirect_var
-from kiln.loopir.codegen import CheckSite, KernelWalker, TextHandler, node_summary
+from kiln.loopir import Kernel, index_vars, indirect_var
+from kiln.loopir.codegen import TextHandler
 
-from .options import CppCodegenError, CppOptions
+from .options import CppCodegenError
 from .printer import cpp_expr
-from .reduction_source import PendingReduction, reduction_lines, start_reduction
+from .reduction_source import PendingReduction, start_reduction
 
 C_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
@@ -308,18 +306,6 @@ class CppHandler(TextHandler):
 CppHandler.install_templates({**_UNARY, **_BINARY})
 
 
-def loop(var: sympy.Symbol, extent: sympy.Expr) -> str:
-    return f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; ++{var})"
-
-
-def indent(lines: list[str], depth: int) -> list[str]:
-    return ["    " * depth + line for line in lines]
-
-
-def _node_comment(node: ComputedBuffer, in_register: bool) -> str:
-    return f"// {node_summary(node)}" + (" (local only)" if in_register else "")
-
-
 def _row_offset(kernel: Kernel) -> sympy.Expr:
     """The row-major position of (r0, r1, ...) in one row of the kernel's row ranges."""
     offset, stride = sympy.Integer(0), sympy.Integer(1)
@@ -327,160 +313,3 @@ def _row_offset(kernel: Kernel) -> sympy.Expr:
         offset += var * stride
         stride *= extent
     return offset
-
-
-def _scratch_lines(kernel: Kernel) -> list[str]:
-    """Declarations of the row scratch arrays of `kernel`'s row temporaries (one row each)."""
-    numel = " * ".join(f"({cpp_expr(e)})" for e in kernel.row_ranges)
-    lines = []
-    for node in kernel.row_temporaries:
-        ctype = c_type(node.spec.dtype)
-        lines += [f"std::unique_ptr<{ctype}[]> row_{node.name}_storage(new {ctype}[{numel}]);",
-                  f"{ctype}* __restrict__ row_{node.name} = row_{node.name}_storage.get();"]
-    return lines
-
-
-def _single_outer_point(kernel: Kernel) -> bool:
-    """No outer loop to parallelize (all outer ranges are 1): inner loops get the threads."""
-    return all(r == 1 for r in kernel.ranges)
-
-
-def _row_lines(walker: KernelWalker, node: ComputedBuffer, options: CppOptions) -> list[str]:
-    """A row node: its own simd loop over the kernel's row ranges, storing every element."""
-    kernel = walker.kernel
-    with walker.row_loop(node) as body:
-        walker.run(node)
-    rvars = index_vars(len(kernel.row_ranges), "r")
-    where = " (row loop, scratch row)" if node.name in walker.handler.row_temporaries else " (row loop)"
-    lines = [_node_comment(node, False) + where]
-    depth = 0
-    for pos, (var, extent) in enumerate(zip(rvars, kernel.row_ranges)):
-        if pos == len(rvars) - 1:
-            if pos == 0 and _single_outer_point(kernel) and options.openmp:
-                work = " * ".join(cpp_expr(e) for e in kernel.row_ranges)
-                lines += indent([f"#pragma omp parallel for simd if(({work}) >= {options.parallel_threshold})"], depth)
-            else:
-                lines += indent(["#pragma omp simd"], depth)
-        lines += indent([loop(var, extent) + " {"], depth)
-        depth += 1
-    lines += indent(body, depth)
-    for d in range(depth - 1, -1, -1):
-        lines += indent(["}"], d)
-    return lines
-
-
-def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: CppOptions,
-                parallel_reduction: bool) -> list[str]:
-    """Statements computing one node inside the outer loop nest."""
-    if kind == "row":
-        return _row_lines(walker, node, options)
-    comment = _node_comment(node, node.name not in walker.handler.outputs)
-    if kind == "pointwise":
-        with walker.pointwise(node) as body:
-            walker.run(node)
-        return [comment] + body
-    with walker.reduction(node) as parts:
-        walker.run(node)
-    loops = reduction_lines(walker.handler.pending_reduction, walker.kernel.placement(node)[1],
-                            node.reduction_ranges, options, parallel_reduction)
-    return [comment] + loops + parts.after
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class KernelSource:
-    """One kernel's C++ definition and its run-time checks (empty: no `kiln_status` parameter)."""
-
-    name: str
-    text: str
-    checks: tuple[CheckSite, ...]
-
-
-def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
-    """The C++ definition of one kernel."""
-    params = [f"const {c_type(i.dtype)}* __restrict__ in_{i.name}" for i in kernel.inputs]
-    params += [f"{c_type(o.dtype)}* __restrict__ out_{o.name}" for o in kernel.outputs]
-    params += [f"int64_t {s.name}" for s in kernel.symbols]
-    ivars = index_vars(len(kernel.ranges))
-    handler = CppHandler(kernel)
-    walker = KernelWalker(kernel, handler)
-    body: list[str] = []
-    for node, kind in walker.nodes():
-        body += _node_lines(walker, node, kind, options, parallel_reduction=_single_outer_point(kernel))
-    reads = ", ".join(i.name for i in kernel.inputs) or "nothing"
-    writes = ", ".join(o.name for o in kernel.outputs)
-    if handler.checks:
-        params.append("int32_t* __restrict__ kiln_status")
-    lines = [f"// {kernel.name}: reads {reads}; writes {writes}",
-             f'extern "C" void {kernel.name}({", ".join(params)}) {{']
-    if handler.checks:
-        lines.append(f"    int32_t kiln_fail = 0;  // the failed run-time check (1..{len(handler.checks)}), 0: none")
-    depth = 1
-    pointwise = not any(isinstance(n.body, Reduction) for n in kernel.nodes)
-    scratch = _scratch_lines(kernel)
-    # With a parallel outer loop, each thread gets its own scratch rows: a parallel region
-    # declares them, then shares out the loop (`omp for`). Otherwise they are declared once.
-    per_thread = bool(scratch) and options.openmp and not _single_outer_point(kernel)
-    if scratch and not per_thread:
-        lines += indent(scratch, depth)
-    for pos, (var, extent) in enumerate(zip(ivars, kernel.ranges)):
-        # Pointwise iterations are independent (each writes its own output element), so the
-        # innermost loop is marked simd; that is where libmvec's vector math gets used.
-        simd = pointwise and pos == len(ivars) - 1
-        if pos == 0 and options.openmp and not _single_outer_point(kernel):
-            numel = " * ".join(cpp_expr(e) for e in kernel.ranges)
-            inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
-            work = " * ".join([numel] + [cpp_expr(e) for e in inner])
-            construct = "parallel for simd" if simd else "parallel for"
-            if per_thread:
-                lines += indent([f"#pragma omp parallel if(({work}) >= {options.parallel_threshold})", "{"], depth)
-                depth += 1
-                lines += indent(scratch + ["#pragma omp for"], depth)
-            else:
-                lines += indent([f"#pragma omp {construct} if(({work}) >= {options.parallel_threshold})"], depth)
-        elif simd:
-            lines += indent(["#pragma omp simd"], depth)
-        lines += indent([loop(var, extent) + " {"], depth)
-        depth += 1
-    lines += indent(body, depth)
-    for d in range(depth - 1, 0, -1):
-        lines += indent(["}"], d)
-    if handler.checks:
-        lines = _with_fail_reduction(lines)
-        lines.append("    if (kiln_fail != 0) *kiln_status = kiln_fail;")
-    lines.append("}")
-    return KernelSource(kernel.name, "\n".join(lines), tuple(handler.checks))
-
-
-def _with_fail_reduction(lines: list[str]) -> list[str]:
-    """The loops of a checked kernel: OpenMP loops fold `kiln_fail` with max (each thread and
-    simd lane keeps its own copy). A bare `omp simd` pragma is dropped instead: with the
-    reduction clause, GCC no longer hoists loop-invariant work out of the loop (an embedding
-    row's index check would run, and its row be gathered, per element: ~4x slower), while its
-    own vectorizer handles the max reduction (libm calls in such loops stay scalar)."""
-    out = []
-    for line in lines:
-        pragma = line.strip()
-        if pragma == "#pragma omp simd":
-            continue
-        if pragma.startswith("#pragma omp parallel for simd"):
-            line = line.replace("parallel for simd", "parallel for", 1)
-        if pragma.startswith("#pragma omp ") and (" for" in pragma or " simd" in pragma):
-            line += " reduction(max:kiln_fail)"
-        out.append(line)
-    return out
-
-
-# Declaring the libm functions `omp declare simd` lets vectorized loops call libmvec's
-# variants (_ZGVdN8v_expf, ...), which glibc itself only announces under -ffast-math.
-VECTOR_MATH = ["", "// Vector variants of libm functions, from glibc's libmvec.", 'extern "C" {'] + [
-    f"#pragma omp declare simd notinbranch\n{t} {name}{suffix}({t});"
-    for name in ("exp", "log", "tanh", "erf", "expm1", "log1p")
-    for t, suffix in (("float", "f"), ("double", ""))] + ["}", ""]
-
-
-def kernel_graph_source(kernels: list[Kernel], options: CppOptions) -> tuple[str, dict[str, tuple[CheckSite, ...]]]:
-    """One translation unit holding every kernel of a kernel graph, and each kernel's checks."""
-    prelude = PRELUDE + ("\n".join(VECTOR_MATH) if options.vector_math else "")
-    functions = [kernel_function(k, options) for k in kernels]
-    source = prelude + "\n" + "\n\n".join(f.text for f in functions) + "\n"
-    return source, {f.name: f.checks for f in functions}

@@ -27,7 +27,11 @@ class CppOptions:
     check_strides: on every call, check each kernel input's dtype, device, sizes and strides
       against the ones the kernel was generated for (ValueError/TypeError instead of a wrong
       result or an out-of-bounds read); turn off only when the caller guarantees them.
-    vector_math: let vectorized loops call glibc's vector math library (libmvec: exp, log,
+    vectorize: write the innermost loop of pointwise kernels, row loops and sum/max/min
+      reductions as explicit vector code (kiln's SIMD layer and vector math); off (the default
+      for now: on AVX-512 hosts it measured 0.3-0.7x the speed of GCC's auto-vectorized loops
+      with libmvec, see BENCHMARKS.md), every loop is scalar C++ marked `omp simd`.
+    vector_math: let scalar loops that GCC vectorizes call glibc's vector math library (libmvec: exp, log,
       tanh, erf, ... at most 4 ulp from the correctly rounded result); when the library is
       missing, `compile` rebuilds without it.
     fill_uninitialized: fill every output with NaN (integers: their largest value) before the
@@ -38,10 +42,14 @@ class CppOptions:
     cache_dir: pathlib.Path = dataclasses.field(default_factory=default_cache_dir)
     compiler: str = "g++"
     # -fwrapv: signed integer overflow wraps, as in eager, instead of being undefined behaviour.
-    flags: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-fwrapv", "-std=c++17")
+    # -fno-trapping-math: GCC may if-convert float compares in scalar loops (no FP exceptions are
+    # observed), so a relu does not keep a loop from vectorizing.
+    flags: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
+                              "-std=c++17")
     openmp: bool = True
     parallel_threshold: int = 32768
     check_strides: bool = True
+    vectorize: bool = False
     vector_math: bool = True
     fill_uninitialized: bool = False
 

@@ -1,0 +1,276 @@
+"""One kernel as one C++ function: the loop nest, OpenMP pragmas, and each node's statements.
+
+One kernel becomes one `extern "C"` function: pointer parameters for inputs and outputs,
+`int64_t` parameters for size symbols, one loop nest over the kernel's outer ranges, and the
+nodes' statements in order inside it (written by `kernel_source.CppHandler`). The innermost
+loop of a pointwise kernel is vector code on kiln's SIMD layer (`vector_source.py`) followed by
+a scalar tail; a kernel that cannot be vectorized keeps scalar loops, and a comment says why.
+Reduction loops are in `reduction_source.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import sympy
+
+from kiln.loopir import ComputedBuffer, Kernel, Reduction, index_vars
+from kiln.loopir.codegen import CheckSite, KernelWalker, node_summary
+
+from .kernel_source import PRELUDE, CppHandler, c_type
+from .options import CppOptions
+from .printer import cpp_expr
+from .reduction_source import reduction_lines
+from .vector_layer import VECTOR_LAYER
+from .vector_math import VECTOR_MATH
+from .vector_source import CppVectorHandler, NotVectorizable
+
+
+def loop(var: sympy.Symbol, extent: sympy.Expr) -> str:
+    return f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; ++{var})"
+
+
+def indent(lines: list[str], depth: int) -> list[str]:
+    return ["    " * depth + line for line in lines]
+
+
+def _node_comment(node: ComputedBuffer, in_register: bool) -> str:
+    return f"// {node_summary(node)}" + (" (local only)" if in_register else "")
+
+
+def _scratch_lines(kernel: Kernel) -> list[str]:
+    """Declarations of the row scratch arrays of `kernel`'s row temporaries (one row each)."""
+    numel = " * ".join(f"({cpp_expr(e)})" for e in kernel.row_ranges)
+    lines = []
+    for node in kernel.row_temporaries:
+        ctype = c_type(node.spec.dtype)
+        lines += [f"std::unique_ptr<{ctype}[]> row_{node.name}_storage(new {ctype}[{numel}]);",
+                  f"{ctype}* __restrict__ row_{node.name} = row_{node.name}_storage.get();"]
+    return lines
+
+
+def _single_outer_point(kernel: Kernel) -> bool:
+    """No outer loop to parallelize (all outer ranges are 1): inner loops get the threads."""
+    return all(r == 1 for r in kernel.ranges)
+
+
+def _vector_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str]) -> list[str]:
+    """A loop as vector code: whole vectors, then the tail as one partial vector (the same
+    statements: loads and stores move `active` elements, a reduction ignores the other lanes)."""
+    end, extent_text = f"kiln::vector_end({cpp_expr(extent)})", cpp_expr(extent)
+    return [f"for (int64_t {var} = 0; {var} < {end}; {var} += KILN_LANES) {{  // vector code",
+            "    constexpr int64_t active = KILN_LANES;", *indent(body, 1), "}",
+            f"if ({end} < {extent_text}) {{  // the tail: one partial vector",
+            f"    const int64_t {var} = {end}, active = {extent_text} - {var};", *indent(body, 1), "}"]
+
+
+def _loop_nest(rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], body: list[str],
+               innermost_pragma: str | None, vector: bool) -> list[str]:
+    """Loops over `ranges`; the innermost one is vector code, or scalar with a pragma."""
+    lines: list[str] = []
+    for depth, (var, extent) in enumerate(zip(rvars, ranges)):
+        if depth < len(rvars) - 1:
+            lines += indent([loop(var, extent) + " {"], depth)
+        elif vector:
+            lines += indent(_vector_loop(var, extent, body), depth)
+        else:
+            lines += indent([innermost_pragma] if innermost_pragma else [], depth)
+            lines += indent([loop(var, extent) + " {"] + indent(body, 1) + ["}"], depth)
+    for depth in range(len(rvars) - 2, -1, -1):
+        lines += indent(["}"], depth)
+    return lines
+
+
+def _row_lines(walker: KernelWalker, node: ComputedBuffer, options: CppOptions) -> list[str]:
+    """A row node: its own loop over the kernel's row ranges, storing every element."""
+    kernel = walker.kernel
+    rvars = index_vars(len(kernel.row_ranges), "r")
+    vector = isinstance(walker.handler, CppVectorHandler)
+    if vector:
+        if _single_outer_point(kernel) and options.openmp:
+            raise NotVectorizable("a row loop split across threads")
+        walker.handler.lane_var = rvars[-1]
+    with walker.row_loop(node) as body:
+        walker.run(node)
+    where = " (row loop, scratch row)" if node.name in walker.handler.row_temporaries else " (row loop)"
+    pragma = "#pragma omp simd"
+    if len(rvars) == 1 and _single_outer_point(kernel) and options.openmp:
+        work = " * ".join(cpp_expr(e) for e in kernel.row_ranges)
+        pragma = f"#pragma omp parallel for simd if(({work}) >= {options.parallel_threshold})"
+    return [_node_comment(node, False) + where] + _loop_nest(rvars, kernel.row_ranges, body, pragma, vector)
+
+
+def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: CppOptions,
+                parallel_reduction: bool) -> list[str]:
+    """Statements computing one node inside the outer loop nest."""
+    handler = walker.handler
+    vector = isinstance(handler, CppVectorHandler)
+    if kind == "row":
+        return _row_lines(walker, node, options)
+    comment = _node_comment(node, node.name not in handler.outputs)
+    if kind == "pointwise":
+        if vector:  # vector code only where the kernel's innermost loop is the vector loop
+            handler.lane_var = index_vars(len(walker.kernel.ranges))[-1] if _pointwise_only(walker.kernel) else None
+        with walker.pointwise(node) as body:
+            walker.run(node)
+        return [comment] + body
+    rvars = walker.kernel.placement(node)[1]
+    if vector:
+        if parallel_reduction and options.openmp:
+            raise NotVectorizable("a reduction split across threads")
+        handler.lane_var = rvars[-1]
+    with walker.reduction(node) as parts:
+        walker.run(node)
+    if vector:
+        red = handler.pending_reduction
+        loops = list(red.declarations) + _loop_nest(rvars, node.reduction_ranges, list(red.body), None, True)
+    else:
+        loops = reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options, parallel_reduction)
+    return [comment] + loops + parts.after
+
+
+def _pointwise_only(kernel: Kernel) -> bool:
+    return not kernel.row_ranges and not any(isinstance(n.body, Reduction) for n in kernel.nodes)
+
+
+def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHandler, str]:
+    """The statements inside the kernel's outer loops, their handler, and "" when they are
+    vector code (else why not)."""
+    why = _why_scalar(kernel, options)
+    if not why:
+        try:
+            return _node_statements(kernel, options, CppVectorHandler(kernel)) + ("",)
+        except NotVectorizable as exc:
+            why = f"not vectorized: {exc}"
+    return _node_statements(kernel, options, CppHandler(kernel)) + (why,)
+
+
+def _why_scalar(kernel: Kernel, options: CppOptions) -> str:
+    if not options.vectorize:
+        return "vectorization is off (CppOptions.vectorize)"
+    if _pointwise_only(kernel):
+        if not kernel.ranges:
+            return "no loop"
+        extent = sympy.sympify(kernel.ranges[-1])
+        if extent.is_Integer and int(extent) < 4:
+            return f"the innermost loop has {extent} iterations"
+    return ""
+
+
+def _node_statements(kernel: Kernel, options: CppOptions, handler: CppHandler) -> tuple[list[str], CppHandler]:
+    walker = KernelWalker(kernel, handler)
+    body: list[str] = []
+    for node, kind in walker.nodes():
+        body += _node_lines(walker, node, kind, options, parallel_reduction=_single_outer_point(kernel))
+    return body, handler
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelSource:
+    """One kernel's C++ definition and its run-time checks (empty: no `kiln_status` parameter)."""
+
+    name: str
+    text: str
+    checks: tuple[CheckSite, ...]
+
+
+def _signature(kernel: Kernel, checked: bool) -> list[str]:
+    params = [f"const {c_type(i.dtype)}* __restrict__ in_{i.name}" for i in kernel.inputs]
+    params += [f"{c_type(o.dtype)}* __restrict__ out_{o.name}" for o in kernel.outputs]
+    params += [f"int64_t {s.name}" for s in kernel.symbols]
+    if checked:
+        params.append("int32_t* __restrict__ kiln_status")
+    reads = ", ".join(i.name for i in kernel.inputs) or "nothing"
+    writes = ", ".join(o.name for o in kernel.outputs)
+    return [f"// {kernel.name}: reads {reads}; writes {writes}",
+            f'extern "C" void {kernel.name}({", ".join(params)}) {{']
+
+
+def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
+    """The C++ definition of one kernel."""
+    ivars = index_vars(len(kernel.ranges))
+    body, handler, why_scalar = _kernel_body(kernel, options)
+    vector_loop = not why_scalar and _pointwise_only(kernel)  # the innermost outer loop is vector code
+    lines = _signature(kernel, bool(handler.checks))
+    if why_scalar:
+        lines.append(f"    // scalar loop: {why_scalar}")
+    if handler.checks:
+        lines.append(f"    int32_t kiln_fail = 0;  // the failed run-time check (1..{len(handler.checks)}), 0: none")
+    depth = 1
+    pointwise = not any(isinstance(n.body, Reduction) for n in kernel.nodes)
+    scratch = _scratch_lines(kernel)
+    # With a parallel outer loop, each thread gets its own scratch rows: a parallel region
+    # declares them, then shares out the loop (`omp for`). Otherwise they are declared once.
+    per_thread = bool(scratch) and options.openmp and not _single_outer_point(kernel)
+    if scratch and not per_thread:
+        lines += indent(scratch, depth)
+    for pos, (var, extent) in enumerate(zip(ivars, kernel.ranges)):
+        innermost = pos == len(ivars) - 1
+        # A pointwise loop that is not vector code is still marked simd (iterations are
+        # independent); GCC may vectorize it, nothing relies on it.
+        simd = pointwise and innermost and not vector_loop
+        if pos == 0 and options.openmp and not _single_outer_point(kernel):
+            numel = " * ".join(cpp_expr(e) for e in kernel.ranges)
+            inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
+            work = " * ".join([numel] + [cpp_expr(e) for e in inner])
+            construct = "parallel for simd" if simd else "parallel for"
+            if per_thread:
+                lines += indent([f"#pragma omp parallel if(({work}) >= {options.parallel_threshold})", "{"], depth)
+                depth += 1
+                lines += indent(scratch + ["#pragma omp for"], depth)
+            else:
+                lines += indent([f"#pragma omp {construct} if(({work}) >= {options.parallel_threshold})"], depth)
+        elif simd:
+            lines += indent(["#pragma omp simd"], depth)
+        if innermost and vector_loop:
+            lines += indent(_vector_loop(var, extent, body), depth)
+        else:
+            lines += indent([loop(var, extent) + " {"], depth)
+            depth += 1
+    if not vector_loop:
+        lines += indent(body, depth)
+    for d in range(depth - 1, 0, -1):
+        lines += indent(["}"], d)
+    if handler.checks:
+        lines = _with_fail_reduction(lines)
+        lines.append("    if (kiln_fail != 0) *kiln_status = kiln_fail;")
+    lines.append("}")
+    return KernelSource(kernel.name, "\n".join(lines), tuple(handler.checks))
+
+
+def _with_fail_reduction(lines: list[str]) -> list[str]:
+    """The loops of a checked kernel: OpenMP loops fold `kiln_fail` with max (each thread and
+    simd lane keeps its own copy). A bare `omp simd` pragma is dropped instead: with the
+    reduction clause, GCC no longer hoists loop-invariant work out of the loop (an embedding
+    row's index check would run, and its row be gathered, per element: ~4x slower), while its
+    own vectorizer handles the max reduction (libm calls in such loops stay scalar)."""
+    out = []
+    for line in lines:
+        pragma = line.strip()
+        if pragma == "#pragma omp simd":
+            continue
+        if pragma.startswith("#pragma omp parallel for simd"):
+            line = line.replace("parallel for simd", "parallel for", 1)
+        if pragma.startswith("#pragma omp ") and (" for" in pragma or " simd" in pragma):
+            line += " reduction(max:kiln_fail)"
+        out.append(line)
+    return out
+
+
+# Scalar loops (kernels that are not vector code) still rely on GCC's vectorizer:
+# declaring the libm functions `omp declare simd` lets vectorized loops call libmvec's
+# variants (_ZGVdN8v_expf, ...), which glibc itself only announces under -ffast-math.
+LIBMVEC = ["", "// Vector variants of libm functions, from glibc's libmvec.", 'extern "C" {'] + [
+    f"#pragma omp declare simd notinbranch\n{t} {name}{suffix}({t});"
+    for name in ("exp", "log", "tanh", "erf", "expm1", "log1p")
+    for t, suffix in (("float", "f"), ("double", ""))] + ["}", ""]
+
+
+def kernel_graph_source(kernels: list[Kernel], options: CppOptions) -> tuple[str, dict[str, tuple[CheckSite, ...]]]:
+    """One translation unit holding every kernel of a kernel graph, and each kernel's checks."""
+    vector = VECTOR_LAYER + VECTOR_MATH if options.vectorize else ""  # only what the kernels use
+    prelude = PRELUDE + vector + ("\n".join(LIBMVEC) if options.vector_math else "")
+    functions = [kernel_function(k, options) for k in kernels]
+    source = prelude + "\n" + "\n\n".join(f.text for f in functions) + "\n"
+    return source, {f.name: f.checks for f in functions}

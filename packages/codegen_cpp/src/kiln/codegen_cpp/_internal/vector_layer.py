@@ -1,0 +1,141 @@
+"""kiln's own SIMD layer: the C++ vector types, loads/stores, masks and lane-wise helpers that
+vectorized loops (`vector_source.py`) are written in, and the vector math (`vector_math.py`).
+
+Vectors are GCC/Clang vector extensions (`__attribute__((vector_size(N)))`), so the same
+source compiles for any host: the width comes from the ISA the compiler targets
+(`-march=native`): 64 bytes with AVX-512, 32 with AVX/AVX2, 16 with SSE2 or NEON, and 4 bytes
+(one float lane: plain scalar code) otherwise. ``-DKILN_VECTOR_BYTES=N`` overrides it (tests
+compile every width on one host). Every vector type has the same number of lanes,
+`KILN_LANES` (the float32 lanes of one register), so one loop iteration handles KILN_LANES
+elements of any dtype: a float64 or int64 vector spans two registers, which the compiler
+splits (arithmetic well; compares and selects lane by lane, so the float64 math in
+`vector_math.py` runs one register at a time, and float64/int64 compares in generated code
+are slower than they should be: a known cost). A bool vector (`vmask`) is an int32 vector holding 0 or -1 per lane, what a float32
+compare yields; wider compares are narrowed with `kiln::mask`.
+"""
+
+from __future__ import annotations
+
+VECTOR_LAYER = r"""
+// ---- kiln's SIMD layer: vector types sized for the target ISA ----
+#include <cstring>
+#ifndef KILN_VECTOR_BYTES
+#if defined(__AVX512F__)
+#define KILN_VECTOR_BYTES 64
+#elif defined(__AVX__)
+#define KILN_VECTOR_BYTES 32
+#elif defined(__SSE2__) || defined(__ARM_NEON) || defined(__aarch64__)
+#define KILN_VECTOR_BYTES 16
+#else
+#define KILN_VECTOR_BYTES 4  // no SIMD: one lane, plain scalar code
+#endif
+#endif
+#define KILN_LANES (KILN_VECTOR_BYTES / 4)
+
+namespace kiln {
+typedef float vf32 __attribute__((vector_size(KILN_LANES * 4)));
+typedef double vf64 __attribute__((vector_size(KILN_LANES * 8)));
+typedef int32_t vi32 __attribute__((vector_size(KILN_LANES * 4)));
+typedef int64_t vi64 __attribute__((vector_size(KILN_LANES * 8)));
+typedef uint8_t vu8 __attribute__((vector_size(KILN_LANES)));  // bool as stored in memory
+typedef vi32 vmask;  // bool: 0 or -1 per lane
+
+// Where a loop's vector iterations end and its scalar tail begins.
+static inline int64_t vector_end(int64_t n) { return n - n % KILN_LANES; }
+
+// Unaligned loads and stores (memcpy compiles to one vector move).
+template <typename V, typename T> static inline V load_as(const T* p) { V v; std::memcpy(&v, p, sizeof(V)); return v; }
+static inline vf32 load(const float* p) { return load_as<vf32>(p); }
+static inline vf64 load(const double* p) { return load_as<vf64>(p); }
+static inline vi32 load(const int32_t* p) { return load_as<vi32>(p); }
+static inline vi64 load(const int64_t* p) { return load_as<vi64>(p); }
+static inline vmask load(const bool* p) { return __builtin_convertvector(load_as<vu8>(p), vi32) != 0; }
+template <typename T, typename V> static inline void store(T* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+static inline void store(bool* p, vmask m) { store(p, __builtin_convertvector(m & 1, vu8)); }
+// The first n < KILN_LANES elements (a loop's tail); the other lanes load as 0 and are not stored.
+template <typename V, typename T> static inline V load_as(const T* p, int64_t n) {
+    V v{};
+    std::memcpy(&v, p, n * sizeof(T));
+    return v;
+}
+static inline vf32 load(const float* p, int64_t n) { return load_as<vf32>(p, n); }
+static inline vf64 load(const double* p, int64_t n) { return load_as<vf64>(p, n); }
+static inline vi32 load(const int32_t* p, int64_t n) { return load_as<vi32>(p, n); }
+static inline vi64 load(const int64_t* p, int64_t n) { return load_as<vi64>(p, n); }
+static inline vmask load(const bool* p, int64_t n) { return __builtin_convertvector(load_as<vu8>(p, n), vi32) != 0; }
+template <typename T, typename V> static inline void store(T* p, V v, int64_t n) { std::memcpy(p, &v, n * sizeof(T)); }
+static inline void store(bool* p, vmask m, int64_t n) { store(p, __builtin_convertvector(m & 1, vu8), n); }
+
+// A loop-invariant scalar in every lane; lane k of a ramp is start + k * step.
+template <typename V, typename S> static inline V splat(S s) {
+    using E = std::remove_reference_t<decltype(std::declval<V>()[0])>;
+    return V{} + static_cast<E>(s);
+}
+template <typename V> static inline V ramp(int64_t start, int64_t step) {
+    using E = std::remove_reference_t<decltype(std::declval<V>()[0])>;
+    V v;
+    for (int k = 0; k < KILN_LANES; ++k) v[k] = static_cast<E>(start + k * step);
+    return v;
+}
+
+static inline vf32 narrow(vf64 x) { return __builtin_convertvector(x, vf32); }
+static inline vf64 widen(vf32 x) { return __builtin_convertvector(x, vf64); }
+
+// Masks: compares of 8-byte lanes narrowed to vmask; widened again to select 8-byte lanes.
+static inline vmask mask(vi32 m) { return m; }
+static inline vmask mask(vi64 m) { return __builtin_convertvector(m, vi32); }
+template <typename V> static inline V from_mask(vmask m) { return __builtin_convertvector(m & 1, V); }
+static inline vf32 select(vmask m, vf32 a, vf32 b) { return m ? a : b; }
+static inline vi32 select(vmask m, vi32 a, vi32 b) { return m ? a : b; }
+static inline vf64 select(vmask m, vf64 a, vf64 b) { return __builtin_convertvector(m, vi64) ? a : b; }
+static inline vi64 select(vmask m, vi64 a, vi64 b) { return __builtin_convertvector(m, vi64) ? a : b; }
+
+// Same semantics as the scalar kiln_max/kiln_min/kiln_relu: NaN propagates.
+template <typename V> static inline V maximum(V a, V b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
+template <typename V> static inline V minimum(V a, V b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
+template <typename V> static inline V relu(V x) { return x < 0 ? V{} : x; }
+static inline vf32 abs(vf32 x) { return (vf32)((vi32)x & 0x7fffffff); }
+static inline vf64 abs(vf64 x) { return (vf64)((vi64)x & 0x7fffffffffffffffL); }
+static inline vi32 abs(vi32 x) { return x < 0 ? -x : x; }
+static inline vi64 abs(vi64 x) { return x < 0 ? -x : x; }
+static inline vf32 copysign(vf32 x, vf32 s) { return (vf32)(((vi32)abs(x)) | ((vi32)s & int32_t(0x80000000u))); }
+static inline vf64 copysign(vf64 x, vf64 s) {
+    return (vf64)(((vi64)abs(x)) | ((vi64)s & int64_t(0x8000000000000000uL)));
+}
+
+// One instruction per lane on every SIMD ISA (sqrt, round): a fixed-count loop over the lanes
+// of a vector, which GCC and Clang turn into the vector instruction (no libm call is made:
+// -fno-math-errno).
+#define KILN_LANEWISE(name, f32, f64)                                                            \
+    static inline vf32 name(vf32 x) { for (int k = 0; k < KILN_LANES; ++k) x[k] = f32(x[k]); return x; } \
+    static inline vf64 name(vf64 x) { for (int k = 0; k < KILN_LANES; ++k) x[k] = f64(x[k]); return x; }
+KILN_LANEWISE(sqrt, __builtin_sqrtf, __builtin_sqrt)
+KILN_LANEWISE(floor, __builtin_floorf, __builtin_floor)
+KILN_LANEWISE(ceil, __builtin_ceilf, __builtin_ceil)
+KILN_LANEWISE(trunc, __builtin_truncf, __builtin_trunc)
+KILN_LANEWISE(round_even, __builtin_rintf, __builtin_rint)
+#undef KILN_LANEWISE
+// Reductions: lanes at or past `active` (a tail's missing elements) hold the identity `fill`;
+// the horizontal folds run in lane order (sum: in the accumulator's type).
+template <typename V, typename S> static inline V active_or(V v, S fill, int64_t active) {
+    return select(ramp<vi32>(0, 1) < int32_t(active), v, splat<V>(fill));
+}
+template <typename V> static inline auto reduce_add(V v) {
+    auto s = v[0];
+    for (int k = 1; k < KILN_LANES; ++k) s += v[k];
+    return s;
+}
+template <typename V> static inline auto reduce_max(V v) {
+    auto m = v[0];
+    for (int k = 1; k < KILN_LANES; ++k) m = kiln_max(m, v[k]);
+    return m;
+}
+template <typename V> static inline auto reduce_min(V v) {
+    auto m = v[0];
+    for (int k = 1; k < KILN_LANES; ++k) m = kiln_min(m, v[k]);
+    return m;
+}
+template <typename V> static inline V rsqrt(V x) { return 1 / sqrt(x); }
+template <typename V> static inline V reciprocal(V x) { return 1 / x; }
+}  // namespace kiln
+"""

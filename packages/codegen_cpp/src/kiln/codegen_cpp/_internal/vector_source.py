@@ -1,0 +1,269 @@
+"""Explicit vector code for a kernel's innermost loops, on kiln's SIMD layer (`vector_layer.py`).
+
+`CppVectorHandler` emits loop bodies that handle KILN_LANES consecutive values of a loop
+variable (`lane_var`) at once: the innermost loop of a pointwise kernel, and a reduction
+kernel's row loops and reduction loops (one accumulator per lane, folded after the loop).
+Loads and stores contiguous in that variable become vector loads and stores, loads that do not
+depend on it stay scalar (loop-invariant values, broadcast with `kiln::splat` where a vector
+op needs them), and every op maps to a vector op or to kiln's vector math. It tracks the dtype of each value, since the C++ it writes names vector
+types and conversions explicitly.
+
+What it cannot write as vectors raises `NotVectorizable` with the reason: a gather (an index
+that is not the loop variable plus an invariant offset), an op without a vector version, a
+run-time check. The caller then keeps the scalar loop and says why in a comment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+
+from kiln.loopir import OPS, Kernel, index_vars
+
+from .kernel_source import CppHandler, c_type
+from .printer import cpp_expr
+from .reduction_source import start_vector_reduction
+
+
+class NotVectorizable(Exception):
+    """A kernel's innermost loop cannot be written as vector code; the message says why."""
+
+
+VECTOR_TYPES = {torch.float32: "kiln::vf32", torch.float64: "kiln::vf64", torch.int32: "kiln::vi32",
+                torch.int64: "kiln::vi64", torch.bool: "kiln::vmask"}
+_FLOAT = (torch.float32, torch.float64)
+_INT = (torch.int32, torch.int64)
+_NUMERIC = _FLOAT + _INT
+
+# op -> (vector template, operand dtypes it accepts, result dtype: None = the operands')
+_UNARY: dict[str, tuple[str, tuple[torch.dtype, ...], torch.dtype | None]] = {
+    "identity": ("{0}", (*_NUMERIC, torch.bool), None),
+    "neg": ("(-{0})", _NUMERIC, None),
+    "abs": ("kiln::abs({0})", _NUMERIC, None),
+    "relu": ("kiln::relu({0})", _NUMERIC, None),
+    "logical_not": ("(~{0})", (torch.bool,), None),
+    "bitwise_not": ("(~{0})", (*_INT, torch.bool), None),
+    "isnan": ("kiln::mask({0} != {0})", _FLOAT, torch.bool),
+    **{name: (f"kiln::{name}({{0}})", _FLOAT, None) for name in (
+        "exp", "expm1", "log", "log1p", "tanh", "sigmoid", "sqrt", "rsqrt", "reciprocal", "floor", "ceil",
+        "trunc")},
+    "round": ("kiln::round_even({0})", _FLOAT, None),
+    "erf": ("kiln::erf({0})", (torch.float32,), None),  # float64 erf has no vector version yet
+}
+_BINARY: dict[str, tuple[str, tuple[torch.dtype, ...], torch.dtype | None]] = {
+    "add": ("({0} + {1})", _NUMERIC, None), "sub": ("({0} - {1})", _NUMERIC, None),
+    "mul": ("({0} * {1})", _NUMERIC, None), "truediv": ("({0} / {1})", _FLOAT, None),
+    "maximum": ("kiln::maximum({0}, {1})", _NUMERIC, None), "minimum": ("kiln::minimum({0}, {1})", _NUMERIC, None),
+    "copysign": ("kiln::copysign({0}, {1})", _FLOAT, None),
+    **{name: (f"kiln::mask({{0}} {op} {{1}})", _NUMERIC, torch.bool)
+       for name, op in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))},
+    **{name: (f"kiln::mask({{0}} {op} {{1}})", (*_NUMERIC, torch.bool), torch.bool)
+       for name, op in (("eq", "=="), ("ne", "!="))},
+    **{name: (f"({{0}} {op} {{1}})", (torch.bool,), None)
+       for name, op in (("logical_and", "&"), ("logical_or", "|"), ("logical_xor", "^"))},
+    **{name: (f"({{0}} {op} {{1}})", (*_INT, torch.bool), None)
+       for name, op in (("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^"))},
+}
+# The dtype of a scalar (loop-invariant) result, by op; other ops keep their first operand's.
+_BOOL_RESULTS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
+                 "isnan", "isinf", "signbit"}
+_SPECIAL = {"load", "store", "store_reduction", "reduction", "constant", "index_expr", "to_dtype", "where",
+            "indirect_indexing", "pow"}
+
+
+class CppVectorHandler(CppHandler):
+    """Emits loop bodies over `lane_var` in steps of KILN_LANES (see the module docstring);
+    with no lane variable (the statements of a reduction kernel's outer loops), scalar code.
+    Values are variable names; `types` maps each to (dtype, whether it is a vector). Vector
+    loads and stores move `active` elements: a constant KILN_LANES in a loop's whole-vector
+    iterations, fewer in its tail."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        super().__init__(kernel)
+        self.lane_var: sympy.Symbol | None = None
+        self.types: dict[str, tuple[torch.dtype, bool]] = {}
+        self.buffer_dtypes = {b.name: b.dtype for b in kernel.inputs}
+        self.buffer_dtypes.update({n.name: n.spec.dtype for n in kernel.nodes})
+        inner = max([len(kernel.row_ranges), *(len(n.reduction_ranges) for n in kernel.nodes)])
+        # what an index may use; anything else is an indirect index
+        self.loop_symbols = {*index_vars(len(kernel.ranges)), *index_vars(inner, "r"), *kernel.symbols}
+
+    def typed(self, text: str, dtype: torch.dtype, vector: bool) -> str:
+        name = self.var(text)
+        self.types[name] = (dtype, vector)
+        return name
+
+    def is_vector(self, name: str) -> bool:
+        return self.types[name][1]
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self.types[name][0]
+
+    def broadcast(self, name: str) -> str:
+        """`name` as a vector: itself, or a scalar splat into every lane."""
+        if self.is_vector(name):
+            return name
+        dtype = self.dtype(name)
+        if dtype == torch.bool:
+            return self.typed(f"kiln::splat<kiln::vmask>(-static_cast<int32_t>({name}))", dtype, True)
+        return self.typed(f"kiln::splat<{VECTOR_TYPES[dtype]}>({name})", dtype, True)
+
+    def add_check(self, error: type[Exception], message: str, size: sympy.Expr | None = None) -> int:
+        raise NotVectorizable(f"a run-time check ({message.split(':')[-1].strip()})")
+
+    # -- addressing --------------------------------------------------------------------------
+    def _lane_offset(self, name: str, index: sympy.Expr) -> bool:
+        """Whether `index` moves with the lanes (contiguous: True) or not at all (False)."""
+        index = sympy.expand(sympy.sympify(index))
+        free = index.free_symbols
+        if not free <= self.loop_symbols:
+            raise NotVectorizable(f"indirect (gather) access to {name}")
+        if self.lane_var is None or self.lane_var not in free:
+            return False
+        rest = sympy.expand(index - self.lane_var)
+        if self.lane_var in rest.free_symbols:
+            raise NotVectorizable(f"non-contiguous access to {name} (index {index})")
+        return True
+
+    def _address(self, name: str, index: sympy.Expr) -> tuple[str, sympy.Expr]:
+        """The array `name` is read or written through, and the index in it."""
+        if name in self.row_temporaries:
+            self.row_temporary_index(name, index)  # raises unless it is read where it was stored
+            return f"row_{name}", self.row_offset
+        return (f"out_{name}" if name in self.produced else f"in_{name}"), index
+
+    def load(self, name: str, index: sympy.Expr) -> str:
+        local = self.local(name)
+        if local is not None:
+            return local
+        dtype = self.buffer_dtypes[name]
+        if dtype not in VECTOR_TYPES:
+            raise NotVectorizable(f"{name} is {dtype}")
+        array, index = self._address(name, index)
+        if self._lane_offset(name, index):
+            return self.typed(f"kiln::load({array} + {cpp_expr(index)}, active)", dtype, True)
+        return self.typed(f"{array}[{cpp_expr(index)}]", dtype, False)
+
+    def store(self, name: str, index: sympy.Expr, value: str) -> None:
+        if self.dtype(value) != self.buffer_dtypes[name]:
+            raise NotVectorizable(f"{name} stores a {self.dtype(value)} value")
+        if self.lane_var is None:
+            if self.is_vector(value):
+                raise NotVectorizable(f"a vector stored outside a vector loop ({name})")
+            super().store(name, index, value)
+            return
+        array, index = self._address(name, index)
+        if not self._lane_offset(name, index):
+            raise NotVectorizable(f"every lane stores to one element of {name}")
+        value = self.broadcast(value)
+        if self.keep(name, value) or name in self.row_temporaries:
+            self.lines.append(f"kiln::store({array} + {cpp_expr(index)}, {value}, active);")
+
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> str:
+        if self.lane_var is None or isinstance(value, tuple):
+            raise NotVectorizable(f"a {reduction_type} reduction")
+        value = self.broadcast(value)
+        pending = start_vector_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
+        if pending is None:
+            raise NotVectorizable(f"a {reduction_type} reduction of {dtype}")
+        self.pending_reduction = pending
+        self.lines.extend(pending.finish)
+        self.types[pending.result] = (dtype, False)
+        self.lane_var = None  # what follows runs once, after the loop
+        return pending.result
+
+    def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
+        self.store(name, index, value)
+
+    def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
+        raise NotVectorizable("indirect indexing (a gather)")
+
+    # -- values ------------------------------------------------------------------------------
+    def constant(self, value: Any, dtype: torch.dtype) -> str:
+        name = super().constant(value, dtype)
+        self.types[name] = (dtype, False)
+        return name
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
+        expr = sympy.expand(sympy.sympify(expr))
+        if self.lane_var not in expr.free_symbols:
+            return self.typed(f"static_cast<{c_type(dtype)}>({cpp_expr(expr)})", dtype, False)
+        step = expr.coeff(self.lane_var)
+        start = sympy.expand(expr - step * self.lane_var)
+        if dtype not in _NUMERIC or not step.is_Integer or self.lane_var in start.free_symbols:
+            raise NotVectorizable(f"index expression {expr} as {dtype}")
+        return self.typed(f"kiln::ramp<{VECTOR_TYPES[dtype]}>({cpp_expr(expr)}, {int(step)})", dtype, True)
+
+    def to_dtype(self, x: str, dtype: torch.dtype) -> str:
+        source = self.dtype(x)
+        if not self.is_vector(x):
+            return self.typed(f"static_cast<{c_type(dtype)}>({x})", dtype, False)
+        if dtype not in VECTOR_TYPES:
+            raise NotVectorizable(f"a conversion to {dtype}")
+        if source == dtype:
+            return x
+        if dtype == torch.bool:
+            return self.typed(f"kiln::mask({x} != 0)", dtype, True)
+        if source == torch.bool:
+            return self.typed(f"kiln::from_mask<{VECTOR_TYPES[dtype]}>({x})", dtype, True)
+        return self.typed(f"__builtin_convertvector({x}, {VECTOR_TYPES[dtype]})", dtype, True)
+
+    def where(self, cond: str, a: str, b: str) -> str:
+        if self.lane_var is None:
+            return self.typed(f"({cond} ? {a} : {b})", self.dtype(a), False)
+        if self.dtype(a) != self.dtype(b) or self.dtype(cond) != torch.bool:
+            raise NotVectorizable(f"where over {self.dtype(a)} and {self.dtype(b)}")
+        mask, a, b = self.broadcast(cond), self.broadcast(a), self.broadcast(b)
+        if self.dtype(a) == torch.bool:
+            return self.typed(f"(({mask} & {a}) | (~{mask} & {b}))", torch.bool, True)
+        text = f"kiln::select({mask}, {a}, {b})"
+        return self.typed(text, self.dtype(a), True)
+
+    def pow(self, base: str, exponent: str) -> str:
+        if self.lane_var is None:
+            name = super().pow(base, exponent)
+            self.types[name] = (self.dtype(base), False)
+            return name
+        value = self.constant_value(exponent)
+        if self.is_vector(exponent) or self.dtype(base) not in _FLOAT or value not in _VECTOR_POW:
+            raise NotVectorizable("pow with a non-constant exponent")
+        return self.typed(_VECTOR_POW[value].format(self.broadcast(base)), self.dtype(base), True)
+
+    def apply(self, op: str, args: tuple[str, ...]) -> str:
+        """A unary or binary op: a vector op inside a vector loop (loop-invariant operands
+        broadcast, so no scalar math runs per iteration), scalar code outside one."""
+        if self.lane_var is None:
+            name = getattr(CppHandler, op)(self, *args)
+            dtype = torch.bool if op in _BOOL_RESULTS else self.dtype(args[0])
+            self.types[name] = (dtype, False)
+            return name
+        template, accepted, result = (_UNARY if len(args) == 1 else _BINARY).get(op, (None, (), None))
+        dtypes = {self.dtype(a) for a in args}
+        if template is None:
+            raise NotVectorizable(f"{op} has no vector version")
+        if len(dtypes) != 1 or not dtypes <= set(accepted):
+            raise NotVectorizable(f"{op} of {', '.join(sorted(str(d) for d in dtypes))}")
+        operands = [self.broadcast(a) for a in args]
+        return self.typed(template.format(*operands), result or dtypes.pop(), True)
+
+
+_VECTOR_POW = {2: "({0} * {0})", 3: "({0} * {0} * {0})", 0.5: "kiln::sqrt({0})", -0.5: "kiln::rsqrt({0})",
+               -1: "kiln::reciprocal({0})", -2: "kiln::reciprocal({0} * {0})"}
+
+
+def _install_vector_ops() -> None:
+    for op in OPS:
+        if op in _SPECIAL:
+            continue
+
+        def method(self: CppVectorHandler, *args: str, _op: str = op) -> str:
+            return self.apply(_op, args)
+
+        method.__name__ = op
+        setattr(CppVectorHandler, op, method)
+
+
+_install_vector_ops()
+
