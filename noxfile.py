@@ -49,6 +49,18 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def op_table(session: nox.Session) -> None:
+    """The ops x dtypes x {reference, C++, Triton} table on every OpInfo sample (CI runs a subset)."""
+    _install(session, "torch")
+    editable = []
+    for name in PACKAGES:
+        editable += ["-e", f"{_project_dir(name)}[test]"]
+    _install(session, *editable, "-e", f"{ROOT / 'integration'}[test]", "expecttest")
+    session.run("pytest", "-p", "no:cacheprovider", str(ROOT / "integration" / "tests" / "test_integration_op_table.py"),
+                *session.posargs, env={"TRITON_INTERPRET": "1", "KILN_OP_TABLE": "full"})
+
+
+@nox.session
 @nox.parametrize("name", PACKAGES + ["integration"])
 def package(session: nox.Session, name: str) -> None:
     """One package alone: only it and its declared dependencies, then its own tests."""

@@ -1,8 +1,11 @@
-"""Differential table: every op loopir lowers, compiled to C++ and compared with eager.
+"""Compiled C++ against eager on the inputs torch's OpInfo samples do not hold: NaN, infinities
+and signed zeros planted in every operand, integer division and remainder with either sign,
+shifts by out-of-range amounts, float-to-int conversions, ties and NaNs in reductions, views
+and indexing of computed (lazy) values, transposed extern operands. Every op on OpInfo's
+samples, in every dtype, is the table of integration/tests/test_integration_op_table.py.
 
 Ops are grouped into a few graphs per dtype (one g++ run each) so the suite stays fast; each
 graph returns one output per op, so a failure names the output index of the guilty op.
-`test_every_supported_op_has_a_case` keeps the table complete as loopir grows.
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ from typing import Any
 
 import pytest
 import torch
-
-from kiln import loopir
 
 aten = torch.ops.aten
 NAN, INF = math.nan, math.inf
@@ -47,8 +48,6 @@ class Case:
     fn: Callable[..., Any]
     inputs: Callable[[torch.dtype], tuple[Any, ...]]
     dtypes: tuple[torch.dtype, ...]
-    tracing_mode: str = "real"
-    retarget: dict[Any, Any] | None = None  # op -> op, applied after tracing
 
 
 def unary(x):
@@ -174,17 +173,9 @@ def views(x, v):
     return tuple(out)
 
 
-def reshapes(x):
-    return x.view(6, 4), (x * 2).view(4, 6), x.t().contiguous().view(24)
-
-
 def externs(a, w, b, c, d):
     return (aten.mm(a, w.t()), aten.addmm(b, a, w.t()).relu(), aten.addmm(b, a.t().t(), w.t(), beta=0.5, alpha=2),
             aten.bmm(c, d.transpose(1, 2)) * 2, (aten.mm(a, w.t()) + b).sum(1))
-
-
-def size_queries(x, y):
-    return x + y, x.shape[0] * y, x.stride(0), x.numel(), y.view(x.shape[0] * x.shape[1])
 
 
 def nonzero_ints(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -224,13 +215,9 @@ CASES = [
          (torch.float32, torch.float64, torch.int64, torch.bool)),
     Case("views", views, lambda dt: (torch.randn(2, 3, 4).to(dt), torch.randn(1, 2, 1, 4).to(dt)),
          (torch.float32, torch.int64)),
-    Case("reshape", reshapes, lambda dt: (torch.randn(4, 6, dtype=dt),), (torch.float64,),
-         retarget={aten.view.default: aten.reshape.default}),
     Case("externs", externs, lambda dt: (
         torch.randn(4, 5, dtype=dt), torch.randn(6, 5, dtype=dt), torch.randn(6, dtype=dt),
         torch.randn(2, 3, 5, dtype=dt), torch.randn(2, 4, 5, dtype=dt)), FLOATS),
-    Case("size_queries", size_queries, lambda dt: (torch.randn(3, 4, dtype=dt), torch.randn(3, 4, dtype=dt)),
-         (torch.float32,), tracing_mode="symbolic"),
 ]
 
 
@@ -243,19 +230,9 @@ def _params():
 @pytest.mark.parametrize(("case", "dtype"), list(_params()))
 def test_compiled_matches_eager(cpp, case: Case, dtype: torch.dtype):
     args = case.inputs(dtype)
-    compiled = cpp.check(case.fn, *args, tracing_mode=case.tracing_mode, retarget=case.retarget)
+    compiled = cpp.check(case.fn, *args)
     assert compiled.kernel_graph.kernels, "the graph should contain generated kernels"
     assert compiled.source.count('extern "C" void') == len(compiled.kernel_graph.kernels)
-
-
-def test_every_supported_op_has_a_case(cpp):
-    covered: set[Any] = set()
-    for case in CASES:
-        for dtype in case.dtypes:
-            covered |= cpp.called_ops(case.fn, *case.inputs(dtype), tracing_mode=case.tracing_mode,
-                                      retarget=case.retarget)
-    missing = sorted(str(op) for op in loopir.supported_ops() - covered)
-    assert not missing, f"add a differential case to test_codegen_cpp_ops.py for: {missing}"
 
 
 def test_parallel_paths_match_eager(cpp_parallel):

@@ -1,5 +1,8 @@
 """Differential tests of pointwise kernels: generated Triton vs eager (on the Triton
-interpreter, or compiled for a GPU: see conftest.py)."""
+interpreter, or compiled for a GPU: see conftest.py). Each op on torch's OpInfo samples, in
+every dtype, is the table of integration/tests/test_integration_op_table.py; here are fusion,
+layouts, dynamic shapes, and the special values (NaN, inf, signed zeros, integer signs,
+out-of-range shifts) and constants OpInfo's samples do not hold."""
 
 import pytest
 import torch
@@ -41,31 +44,16 @@ def randn(*shape, dtype=torch.float32):
     return torch.randn(*shape, dtype=dtype)
 
 
-ELEMENTWISE = {
-    "add": lambda x, y: x + y,
-    "sub_alpha": lambda x, y: torch.sub(x, y, alpha=2),
-    "mul_scalar": lambda x, y: x * y * 3.0,
-    "div": lambda x, y: x / (y.abs() + 1),
-    "sigmoid": lambda x, y: torch.sigmoid(x),
-    "tanh": lambda x, y: torch.tanh(x * 4),
-    "exp_log": lambda x, y: torch.log(torch.exp(x) + 1),
-    "sqrt_rsqrt": lambda x, y: torch.sqrt(x.abs()) + torch.rsqrt(y.abs() + 0.5),
-    "relu_neg": lambda x, y: torch.relu(-x),
-    "reciprocal": lambda x, y: torch.reciprocal(y.abs() + 1),
-    "erf": lambda x, y: torch.erf(x),
-    "expm1_log1p": lambda x, y: (torch.expm1(x), torch.expm1(x * 1e-6), torch.log1p(y.abs()),
-                                 torch.log1p(y * 1e-6)),
-    "maximum_minimum": lambda x, y: torch.maximum(x, y) - torch.minimum(x, y),
-    "where_gt": lambda x, y: torch.where(x > y, x, y),
-    "comparisons": lambda x, y: (x < y, x <= y, x == x, x != y, x >= 0.5, y > 0),
-    "logical_not": lambda x, y: torch.logical_not(x > 0),
-    "pow_scalar": lambda x, y: (x**2, x**3, (x.abs() + 1) ** -1, x.abs() ** 0.5, x.abs() ** 2.5),
-}
+def test_expm1_log1p_near_zero(options):
+    """No cancellation for tiny x (OpInfo's samples hold none)."""
+    x, y = randn(7, 9), randn(7, 9)
+    check(lambda x, y: (torch.expm1(x * 1e-6), torch.log1p(y * 1e-6)), (x, y), options)
 
 
-@pytest.mark.parametrize("name", sorted(ELEMENTWISE))
-def test_elementwise_matches_eager(name, options):
-    check(ELEMENTWISE[name], (randn(7, 9), randn(7, 9)), options)
+def test_pow_by_special_constant_exponents(options):
+    """Exponents the codegen expands into multiplies and roots (2, 3, -1, 0.5) and a general one."""
+    x = randn(7, 9)
+    check(lambda x: (x**2, x**3, (x.abs() + 1) ** -1, x.abs() ** 0.5, x.abs() ** 2.5), (x,), options)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -84,16 +72,6 @@ def test_float64_constants_keep_double_precision(options):
     x = randn(33, dtype=torch.float64)
     # A float32 constant would be off by ~1e-8 relative; a GPU may fuse the multiply-add (1 ulp).
     check(lambda x: x * 0.1 + 1e-9, (x,), options, rtol=1e-15, atol=0)
-
-
-def test_int64_and_bool(options):
-    def fn(a, b, x):
-        big = torch.maximum(a * 3 + b, b - 2)
-        return big, torch.where(a > b, a, b * 2), torch.logical_not(x > 0), (a < b).to(torch.float32)
-
-    a = torch.randint(-50, 50, (6, 7))
-    b = torch.randint(-50, 50, (6, 7))
-    check(fn, (a, b, randn(6, 7)), options, rtol=0, atol=0)
 
 
 def test_broadcasting(options):
