@@ -111,7 +111,6 @@ _INT_EXPONENT = ("codegen_triton: pow with an integer tensor exponent is refused
 _INT_ARANGE = ("loopir: arange.start_step with an integer dtype: bool bounds raise TypeError (BooleanAtom), "
                "fractional bounds give trunc(start + i * step) where eager gives int(start) + i * int(step) "
                "(arange(2.1, -2.9, -1.0) is [2, 1, 0, 0], eager [2, 1, 0, -1])")
-_BOOL_ADD = "codegen_triton: bool + bool wraps, True + True gives False (eager: True)"
 _BF16_COMPARE = ("codegen_triton: bfloat16 comparisons compare the loaded bfloat16 values, not upcast to float32 "
                  "as loopir's low-precision rule says; in Triton's interpreter the results are wrong")
 _FLOATS = ("float32", "float64", "bfloat16", "float16")
@@ -132,8 +131,6 @@ XFAIL: dict[tuple[str, str, str], str] = {
     ("div.trunc_rounding", "bfloat16", "*"):
         "loopir truncates a / b computed in float32 and rounds once; eager rounds a / b to bfloat16 before "
         "truncating (53.9 -> 53 here, 54 in eager); LowerOptions.round_low_precision rounds per ATen op only",
-    ("add", "bool", "triton"): _BOOL_ADD,
-    ("add[Scalar]", "bool", "triton"): _BOOL_ADD,
     **_each(["fmax", "fmin", "pow", "pow[Tensor_Scalar]", "pow[Scalar]"], _FLOATS, "triton", _SCALAR_OPERAND),
     ("pow", "float32", "triton"): _SCALAR_OPERAND + _POW_ACCURACY,
     ("pow[Scalar]", "float32", "triton"): _SCALAR_OPERAND + _POW_ACCURACY,

@@ -93,6 +93,8 @@ def _scaled(ops: Any, value: Any, alpha: Any, dtype: torch.dtype) -> Any:
 @TABLE.register("pointwise", aten.add.Tensor, aten.add.Scalar)
 def lower_add(ctx, node, a, b, alpha=1):  # alpha is positional in the .Scalar overload
     dtype = node.meta["val"].dtype
+    if dtype == torch.bool:  # True + True is True in eager: a logical or (a 1-bit add wraps)
+        return pointwise(node, lambda ops, x, y: ops.logical_or(x, y) if alpha else x, a, b)
     return pointwise(node, lambda ops, x, y: ops.add(x, _scaled(ops, y, alpha, dtype)), a, b)
 
 
