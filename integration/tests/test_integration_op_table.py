@@ -146,9 +146,6 @@ XFAIL: dict[tuple[str, str, str], str] = {
     ("arange", "bfloat16", "triton"):
         "codegen_triton: arange in bfloat16 converts its float64 values straight to bfloat16, which gives NaN "
         "in Triton's interpreter",
-    **_each(["signbit"], ["bfloat16", "float16"], "triton",
-            "codegen_triton: signbit bitcasts a 16-bit float to int32 (ValueError: Cannot bitcast data-type of "
-            "size 16 to data-type of size 32)"),
 }
 
 

@@ -186,10 +186,11 @@ def lower_sign(ctx, node, a):
 
 
 def _predicate(op_name: str, integer_result: bool | None):
-    """isnan/isinf/signbit: computed in the input's dtype; on integers a constant or `x < 0`."""
+    """isnan/isinf/signbit: computed in the input's dtype (bfloat16/float16: float32, which
+    keeps NaN, infinities and signs); on integers a constant or `x < 0`."""
     def lower(ctx, node, a):
         if a.dtype.is_floating_point:
-            return pointwise(node, lambda ops, x: getattr(ops, op_name)(x), a, compute_dtype=a.dtype)
+            return pointwise(node, lambda ops, x: getattr(ops, op_name)(x), a, compute_dtype=upcast(a.dtype))
         if integer_result is not None:
             return pointwise(node, lambda ops: constant(ops, integer_result, torch.bool))
         return pointwise(node, lambda ops, x: ops.lt(x, constant(ops, 0, a.dtype)), a, compute_dtype=a.dtype)
