@@ -40,22 +40,23 @@ def _install(session: nox.Session, *args: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every package installed (editable) into one venv; all tests."""
+    _install_for_tests(session)
+    session.run("pytest", *session.posargs, env={"TRITON_INTERPRET": "1"})
+
+
+def _install_for_tests(session: nox.Session) -> None:
+    """torch, then every package editable with its test extras."""
     _install(session, "torch")
     editable = []
     for name in PACKAGES:
         editable += ["-e", f"{_project_dir(name)}[test]"]
     _install(session, *editable, "-e", f"{ROOT / 'integration'}[test]", "expecttest")
-    session.run("pytest", *session.posargs, env={"TRITON_INTERPRET": "1"})
 
 
 @nox.session
 def op_table(session: nox.Session) -> None:
     """The ops x dtypes x {reference, C++, Triton} table on every OpInfo sample (CI runs a subset)."""
-    _install(session, "torch")
-    editable = []
-    for name in PACKAGES:
-        editable += ["-e", f"{_project_dir(name)}[test]"]
-    _install(session, *editable, "-e", f"{ROOT / 'integration'}[test]", "expecttest")
+    _install_for_tests(session)
     session.run("pytest", "-p", "no:cacheprovider", str(ROOT / "integration" / "tests" / "test_integration_op_table.py"),
                 *session.posargs, env={"TRITON_INTERPRET": "1", "KILN_OP_TABLE": "full"})
 

@@ -120,7 +120,8 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
     with stages.stage(f"{prefix}partition"):
         dtypes = loopir.SUPPORTED_DTYPES & codegen.codegen.capabilities.dtypes
         # what a node reads counts too: a region input of another dtype is one its codegen must load
-        supported = (partition.supports_ops(loopir.supported_ops(options.lowerings))
+        lowered_ops = loopir.supported_ops(options.lowerings)
+        supported = (partition.supports_ops(lowered_ops)
                      & partition.supports_dtypes(dtypes) & partition.Supported(_InputDtypes(dtypes), "input dtypes"))
         parted = partition.partition(decomposed, supported, min_size=options.min_region_size)
         dump.write(f"{prefix}partitioned", lambda: parted.print_readable(print_output=False), ".py")
@@ -128,7 +129,7 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
         if check:
             partition.verify(parted)
     results = _compile_regions(parted, codegen, dump, stages, check, options, prefix)
-    results.fallbacks += _outside_nodes(parted, codegen, options, dtypes)
+    results.fallbacks += _outside_nodes(parted, codegen, options, dtypes, lowered_ops)
     return inline_regions(parted), results
 
 
@@ -196,7 +197,7 @@ def _compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: D
 
 
 def _outside_nodes(parted: fx.GraphModule, codegen: codegens.Selected, options: KilnOptions,
-                  dtypes: frozenset[torch.dtype]) -> tuple[FallbackNode, ...]:
+                  dtypes: frozenset[torch.dtype], lowered_ops: Any) -> tuple[FallbackNode, ...]:
     """Tensor-producing ATen nodes the partitioner left outside every region, with why.
 
     Size arithmetic (sym_size, operator.*) also stays outside but computes no tensor data. A
@@ -205,7 +206,6 @@ def _outside_nodes(parted: fx.GraphModule, codegen: codegens.Selected, options: 
     """
     report = parted.meta.get("kiln_partition")
     reasons = {u.name: u.reason for u in getattr(report, "outside", getattr(report, "unsupported", ()))}
-    lowered_ops = loopir.supported_ops(options.lowerings)
     fallbacks = []
     for node in parted.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:

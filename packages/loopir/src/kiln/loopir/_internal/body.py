@@ -116,12 +116,6 @@ class LoopBody:
             values.append(value)
         return arg(self.result)
 
-    @property
-    def loads(self) -> tuple[tuple[str, Expr], ...]:
-        """(buffer, index) of each load, in the body's own variables (indirect indices as
-        recorded symbols)."""
-        return tuple((i.args[0], i.args[1]) for i in self.instrs if i.op == "load")
-
     def __str__(self) -> str:
         lines = [f"t{k} = {instr}" for k, instr in enumerate(self.instrs)]
         return "\n".join(lines + [f"return {_arg_text(self.result)}"])

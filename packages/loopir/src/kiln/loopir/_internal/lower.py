@@ -100,9 +100,7 @@ class LoweringContext:
         FakeTensor) when given and dense, else contiguous (see `eager_strides`)."""
         if isinstance(value, StridedView):
             return value
-        stride = eager_strides(like, value.size)
-        spec = BufferSpec(self.new_buffer_name(), value.dtype, tuple(value.size), stride) if stride else \
-            BufferSpec.contiguous(self.new_buffer_name(), value.dtype, value.size)
+        spec = _laid_out_like(self.new_buffer_name(), value.dtype, value.size, like)
         # A low-precision value is computed in float32 and rounded once, on store (`ComputedBuffer.run`).
         self.steps.append(ComputedBuffer(spec, Pointwise(value.size, value.inner_fn, compute_dtype(value.dtype)),
                                          value.origins))
@@ -112,10 +110,7 @@ class LoweringContext:
                       dtype: torch.dtype | None = None, like: Any = None) -> StridedView:
         """Realize `reduction` into a new buffer of `dtype` (default: the reduction's), laid out
         as eager lays out `like` (see `realize`)."""
-        stride = eager_strides(like, size)
-        name = self.new_buffer_name()
-        spec = BufferSpec(name, dtype or reduction.dtype, tuple(size), stride) if stride else \
-            BufferSpec.contiguous(name, dtype or reduction.dtype, size)
+        spec = _laid_out_like(self.new_buffer_name(), dtype or reduction.dtype, size, like)
         self.steps.append(ComputedBuffer(spec, reduction, (origin,)))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
 
@@ -125,6 +120,12 @@ class LoweringContext:
         spec = BufferSpec(self.new_buffer_name(), val.dtype, to_exprs(val.shape), to_exprs(val.stride()))
         self.steps.append(ExternCall(spec, node.target, realized, tuple(kwargs.items()), (node.name,)))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
+
+
+def _laid_out_like(name: str, dtype: torch.dtype, size: Sequence[Expr], like: Any) -> BufferSpec:
+    """A new buffer's spec: eager's layout of `like` where `eager_strides` gives one, else contiguous."""
+    stride = eager_strides(like, size)
+    return BufferSpec(name, dtype, tuple(size), stride) if stride else BufferSpec.contiguous(name, dtype, size)
 
 
 def eager_strides(like: Any, size: Sequence[Expr]) -> tuple[Expr, ...] | None:
