@@ -51,9 +51,18 @@ class Lowerings(Mapping[torch._ops.OpOverload, Lowering]):
 
 def default_lowerings() -> Lowerings:
     """A fresh table with every lowering loopir ships."""
-    from . import lower_indexing, lower_pointwise, lower_reduction, lower_views
+    from . import (
+        lower_indexing,
+        lower_pointwise,
+        lower_pooling,
+        lower_random,
+        lower_reduction,
+        lower_special,
+        lower_views,
+    )
 
-    return lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE | lower_indexing.TABLE
+    return (lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE | lower_indexing.TABLE
+            | lower_pooling.TABLE | lower_special.TABLE | lower_random.TABLE)
 
 
 def supported_ops(lowerings: Lowerings | None = None) -> frozenset[torch._ops.OpOverload]:
