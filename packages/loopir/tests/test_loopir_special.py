@@ -183,6 +183,13 @@ def test_every_special_lowering_is_registered():
     assert expected <= supported_ops()
 
 
+def test_prims_scalar_tensor_of_decomposed_xlogy_is_a_constant(check):
+    # torch's xlogy/xlog1py references make their number operand a tensor with prims.scalar_tensor
+    p = torch.linspace(0, 1, 11)
+    kg = check(lambda p: torch.ops.prims.scalar_tensor.default(2.5, dtype=torch.float32) * torch.log(p), p)
+    assert len(kg.kernels) == 1
+
+
 def test_special_functions_fuse_with_their_neighbours():
     x = torch.linspace(0.1, 10, 50)
     kg = _lowered(lambda x: torch.special.i0(x * 2) + torch.digamma(x).exp(), x)
