@@ -186,7 +186,8 @@ def test_every_special_lowering_is_registered():
 def test_prims_scalar_tensor_of_decomposed_xlogy_is_a_constant(check):
     # torch's xlogy/xlog1py references make their number operand a tensor with prims.scalar_tensor
     p = torch.linspace(0, 1, 11)
-    kg = check(lambda p: torch.ops.prims.scalar_tensor.default(2.5, dtype=torch.float32) * torch.log(p), p)
+    two_and_a_half = torch.ops.prims.scalar_tensor.default
+    kg = check(lambda p: two_and_a_half(2.5, dtype=torch.float32, device=p.device) * torch.log(p), p)
     assert len(kg.kernels) == 1
 
 
