@@ -33,12 +33,12 @@ def test_out_of_range_index_raises(name, bad, builder, request):
     cpp.assert_same(module(x, good), fn(x, good))  # the failure left nothing behind
 
 
-def test_check_is_one_compare_and_the_load_is_clamped(cpp):
-    source = cpp.build(INDEXING["index"], torch.randn(5, 3), torch.tensor([1])).source
+def test_check_is_one_compare_and_the_load_is_clamped(cpp_parallel):
+    source = cpp_parallel.build(INDEXING["index"], torch.randn(5, 3), torch.tensor([1])).source
     assert "static_cast<uint64_t>(ind0) >= static_cast<uint64_t>(5)" in source
     assert "ind0 = outside_ind0 ? 0 : ind0;" in source
     assert "int32_t* __restrict__ kiln_status" in source and "reduction(max:kiln_fail)" in source
-    plain = cpp.build(lambda x: x * 2, torch.randn(5, 3)).source
+    plain = cpp_parallel.build(lambda x: x * 2, torch.randn(5, 3)).source
     assert "kiln_status" not in plain  # kernels without checks keep their signature
 
 

@@ -18,7 +18,8 @@ import sympy
 from kiln.loopir import ComputedBuffer, Kernel, Reduction, index_vars
 from kiln.loopir.codegen import CheckSite, KernelWalker, node_summary
 
-from .kernel_source import PRELUDE, CppHandler, c_type
+from .kernel_source import PRELUDE, CppHandler, c_type, storage_type
+from .low_precision import VECTOR_CONVERSIONS
 from .options import CppOptions
 from .printer import cpp_expr
 from .reduction_source import reduction_lines
@@ -96,8 +97,8 @@ def _row_lines(walker: KernelWalker, node: ComputedBuffer, options: CppOptions) 
     where = " (row loop, scratch row)" if node.name in walker.handler.row_temporaries else " (row loop)"
     pragma = "#pragma omp simd"
     if len(rvars) == 1 and _single_outer_point(kernel) and options.openmp:
-        work = " * ".join(cpp_expr(e) for e in kernel.row_ranges)
-        pragma = f"#pragma omp parallel for simd if(({work}) >= {options.parallel_threshold})"
+        clause = parallel_if(kernel.row_ranges, options)
+        pragma = pragma if clause is None else f"#pragma omp parallel for simd{clause}"
     return [_node_comment(node, False) + where] + _loop_nest(rvars, kernel.row_ranges, body, pragma, vector)
 
 
@@ -128,6 +129,17 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
     else:
         loops = reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options, parallel_reduction)
     return [comment] + loops + parts.after
+
+
+def parallel_if(work: Sequence[sympy.Expr], options: CppOptions) -> str | None:
+    """The `if` clause of a parallel construct over a loop nest of extents `work`: "" when it
+    always holds, None when it never does (sizes known below `parallel_threshold`). Such a
+    loop nest is then no parallel construct at all: GCC 12 does not vectorize the loop of a
+    `parallel for simd if(0)`."""
+    total = sympy.Mul(*work)
+    if total.is_Integer:
+        return "" if int(total) >= options.parallel_threshold else None
+    return f" if(({' * '.join(cpp_expr(e) for e in work)}) >= {options.parallel_threshold})"
 
 
 def _pointwise_only(kernel: Kernel) -> bool:
@@ -176,8 +188,8 @@ class KernelSource:
 
 
 def _signature(kernel: Kernel, checked: bool) -> list[str]:
-    params = [f"const {c_type(i.dtype)}* __restrict__ in_{i.name}" for i in kernel.inputs]
-    params += [f"{c_type(o.dtype)}* __restrict__ out_{o.name}" for o in kernel.outputs]
+    params = [f"const {storage_type(i.dtype)}* __restrict__ in_{i.name}" for i in kernel.inputs]
+    params += [f"{storage_type(o.dtype)}* __restrict__ out_{o.name}" for o in kernel.outputs]
     params += [f"int64_t {s.name}" for s in kernel.symbols]
     if checked:
         params.append("int32_t* __restrict__ kiln_status")
@@ -200,9 +212,13 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     depth = 1
     pointwise = not any(isinstance(n.body, Reduction) for n in kernel.nodes)
     scratch = _scratch_lines(kernel)
+    clause = None  # the outer loop's parallel `if` clause; None: a serial loop
+    if options.openmp and not _single_outer_point(kernel):
+        inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
+        clause = parallel_if((*kernel.ranges, *inner), options)
     # With a parallel outer loop, each thread gets its own scratch rows: a parallel region
     # declares them, then shares out the loop (`omp for`). Otherwise they are declared once.
-    per_thread = bool(scratch) and options.openmp and not _single_outer_point(kernel)
+    per_thread = bool(scratch) and clause is not None
     if scratch and not per_thread:
         lines += indent(scratch, depth)
     for pos, (var, extent) in enumerate(zip(ivars, kernel.ranges)):
@@ -210,17 +226,14 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
         # A pointwise loop that is not vector code is still marked simd (iterations are
         # independent); GCC may vectorize it, nothing relies on it.
         simd = pointwise and innermost and not vector_loop
-        if pos == 0 and options.openmp and not _single_outer_point(kernel):
-            numel = " * ".join(cpp_expr(e) for e in kernel.ranges)
-            inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
-            work = " * ".join([numel] + [cpp_expr(e) for e in inner])
+        if pos == 0 and clause is not None:
             construct = "parallel for simd" if simd else "parallel for"
             if per_thread:
-                lines += indent([f"#pragma omp parallel if(({work}) >= {options.parallel_threshold})", "{"], depth)
+                lines += indent([f"#pragma omp parallel{clause}", "{"], depth)
                 depth += 1
                 lines += indent(scratch + ["#pragma omp for"], depth)
             else:
-                lines += indent([f"#pragma omp {construct} if(({work}) >= {options.parallel_threshold})"], depth)
+                lines += indent([f"#pragma omp {construct}{clause}"], depth)
         elif simd:
             lines += indent(["#pragma omp simd"], depth)
         if innermost and vector_loop:
@@ -269,7 +282,7 @@ LIBMVEC = ["", "// Vector variants of libm functions, from glibc's libmvec.", 'e
 
 def kernel_graph_source(kernels: list[Kernel], options: CppOptions) -> tuple[str, dict[str, tuple[CheckSite, ...]]]:
     """One translation unit holding every kernel of a kernel graph, and each kernel's checks."""
-    vector = VECTOR_LAYER + VECTOR_MATH if options.vectorize else ""  # only what the kernels use
+    vector = VECTOR_LAYER + VECTOR_CONVERSIONS + VECTOR_MATH if options.vectorize else ""  # only what the kernels use
     prelude = PRELUDE + vector + ("\n".join(LIBMVEC) if options.vector_math else "")
     functions = [kernel_function(k, options) for k in kernels]
     source = prelude + "\n" + "\n\n".join(f.text for f in functions) + "\n"

@@ -14,7 +14,7 @@ from .api import compile
 from .build import CppCompileError
 from .options import CppCodegenError, CppOptions
 
-DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})
+DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.bfloat16, torch.float16})
 _SETTINGS = ("openmp", "parallel_threshold", "fill_uninitialized")  # backend settings read as they are
 
 
@@ -28,6 +28,6 @@ def options_from(settings: Mapping[str, Any]) -> CppOptions:
 
 CODEGEN = Codegen(
     name="cpu", devices=("cpu",), compile=compile, make_options=options_from,
-    # rows in a per-thread scratch row; no bfloat16/float16 C++ yet (issue 13): such values stay eager
+    # rows in a per-thread scratch row; bfloat16/float16 stored as 16 bits, computed in float
     capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True),
     errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp")

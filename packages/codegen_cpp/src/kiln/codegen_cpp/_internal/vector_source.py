@@ -23,6 +23,13 @@ import torch
 from kiln.loopir import OPS, Kernel, index_vars
 
 from .kernel_source import CppHandler, c_type
+from .low_precision import (
+    LOW_PRECISION,
+    from_storage,
+    vector_from_storage,
+    vector_round_to,
+    vector_to_storage,
+)
 from .printer import cpp_expr
 from .reduction_source import start_vector_reduction
 
@@ -31,21 +38,28 @@ class NotVectorizable(Exception):
     """A kernel's innermost loop cannot be written as vector code; the message says why."""
 
 
+# The vector type of a value of each dtype (bfloat16/float16 values are float32 lanes that hold
+# numbers the dtype represents; they are 16-bit lanes only in memory, see low_precision.py).
 VECTOR_TYPES = {torch.float32: "kiln::vf32", torch.float64: "kiln::vf64", torch.int32: "kiln::vi32",
-                torch.int64: "kiln::vi64", torch.bool: "kiln::vmask"}
+                torch.int64: "kiln::vi64", torch.bool: "kiln::vmask", torch.bfloat16: "kiln::vf32",
+                torch.float16: "kiln::vf32"}
 _FLOAT = (torch.float32, torch.float64)
 _INT = (torch.int32, torch.int64)
 _NUMERIC = _FLOAT + _INT
+# Ops exact on bfloat16/float16 values (their result needs no rounding); loopir computes the
+# others in float32.
+_EXACT = (*_NUMERIC, *LOW_PRECISION)
+_FLOAT32_LANES = (torch.float32, *LOW_PRECISION)
 
 # op -> (vector template, operand dtypes it accepts, result dtype: None = the operands')
 _UNARY: dict[str, tuple[str, tuple[torch.dtype, ...], torch.dtype | None]] = {
-    "identity": ("{0}", (*_NUMERIC, torch.bool), None),
-    "neg": ("(-{0})", _NUMERIC, None),
-    "abs": ("kiln::abs({0})", _NUMERIC, None),
-    "relu": ("kiln::relu({0})", _NUMERIC, None),
+    "identity": ("{0}", (*_EXACT, torch.bool), None),
+    "neg": ("(-{0})", _EXACT, None),
+    "abs": ("kiln::abs({0})", _EXACT, None),
+    "relu": ("kiln::relu({0})", _EXACT, None),
     "logical_not": ("(~{0})", (torch.bool,), None),
     "bitwise_not": ("(~{0})", (*_INT, torch.bool), None),
-    "isnan": ("kiln::mask({0} != {0})", _FLOAT, torch.bool),
+    "isnan": ("kiln::mask({0} != {0})", (*_FLOAT, *LOW_PRECISION), torch.bool),
     **{name: (f"kiln::{name}({{0}})", _FLOAT, None) for name in (
         "exp", "expm1", "log", "log1p", "tanh", "sigmoid", "sqrt", "rsqrt", "reciprocal", "floor", "ceil",
         "trunc")},
@@ -55,11 +69,11 @@ _UNARY: dict[str, tuple[str, tuple[torch.dtype, ...], torch.dtype | None]] = {
 _BINARY: dict[str, tuple[str, tuple[torch.dtype, ...], torch.dtype | None]] = {
     "add": ("({0} + {1})", _NUMERIC, None), "sub": ("({0} - {1})", _NUMERIC, None),
     "mul": ("({0} * {1})", _NUMERIC, None), "truediv": ("({0} / {1})", _FLOAT, None),
-    "maximum": ("kiln::maximum({0}, {1})", _NUMERIC, None), "minimum": ("kiln::minimum({0}, {1})", _NUMERIC, None),
-    "copysign": ("kiln::copysign({0}, {1})", _FLOAT, None),
-    **{name: (f"kiln::mask({{0}} {op} {{1}})", _NUMERIC, torch.bool)
+    "maximum": ("kiln::maximum({0}, {1})", _EXACT, None), "minimum": ("kiln::minimum({0}, {1})", _EXACT, None),
+    "copysign": ("kiln::copysign({0}, {1})", (*_FLOAT, *LOW_PRECISION), None),
+    **{name: (f"kiln::mask({{0}} {op} {{1}})", _EXACT, torch.bool)
        for name, op in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))},
-    **{name: (f"kiln::mask({{0}} {op} {{1}})", (*_NUMERIC, torch.bool), torch.bool)
+    **{name: (f"kiln::mask({{0}} {op} {{1}})", (*_EXACT, torch.bool), torch.bool)
        for name, op in (("eq", "=="), ("ne", "!="))},
     **{name: (f"({{0}} {op} {{1}})", (torch.bool,), None)
        for name, op in (("logical_and", "&"), ("logical_or", "|"), ("logical_xor", "^"))},
@@ -84,8 +98,6 @@ class CppVectorHandler(CppHandler):
         super().__init__(kernel)
         self.lane_var: sympy.Symbol | None = None
         self.types: dict[str, tuple[torch.dtype, bool]] = {}
-        self.buffer_dtypes = {b.name: b.dtype for b in kernel.inputs}
-        self.buffer_dtypes.update({n.name: n.spec.dtype for n in kernel.nodes})
         inner = max([len(kernel.row_ranges), *(len(n.reduction_ranges) for n in kernel.nodes)])
         # what an index may use; anything else is an indirect index
         self.loop_symbols = {*index_vars(len(kernel.ranges)), *index_vars(inner, "r"), *kernel.symbols}
@@ -142,9 +154,12 @@ class CppVectorHandler(CppHandler):
         if dtype not in VECTOR_TYPES:
             raise NotVectorizable(f"{name} is {dtype}")
         array, index = self._address(name, index)
+        stored = dtype in LOW_PRECISION and name not in self.row_temporaries  # scratch rows hold floats
         if self._lane_offset(name, index):
-            return self.typed(f"kiln::load({array} + {cpp_expr(index)}, active)", dtype, True)
-        return self.typed(f"{array}[{cpp_expr(index)}]", dtype, False)
+            text = f"kiln::load({array} + {cpp_expr(index)}, active)"
+            return self.typed(vector_from_storage(dtype, text) if stored else text, dtype, True)
+        text = f"{array}[{cpp_expr(index)}]"
+        return self.typed(from_storage(dtype, text) if stored else text, dtype, False)
 
     def store(self, name: str, index: sympy.Expr, value: str) -> None:
         if self.dtype(value) != self.buffer_dtypes[name]:
@@ -159,6 +174,9 @@ class CppVectorHandler(CppHandler):
             raise NotVectorizable(f"every lane stores to one element of {name}")
         value = self.broadcast(value)
         if self.keep(name, value) or name in self.row_temporaries:
+            dtype = self.buffer_dtypes[name]
+            if dtype in LOW_PRECISION and name not in self.row_temporaries:
+                value = vector_to_storage(dtype, self.unrounded.get(value, (value,))[0])
             self.lines.append(f"kiln::store({array} + {cpp_expr(index)}, {value}, active);")
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> str:
@@ -189,7 +207,11 @@ class CppVectorHandler(CppHandler):
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
         expr = sympy.expand(sympy.sympify(expr))
         if self.lane_var not in expr.free_symbols:
-            return self.typed(f"static_cast<{c_type(dtype)}>({cpp_expr(expr)})", dtype, False)
+            name = super().index_expr(expr, dtype)
+            self.types[name] = (dtype, False)
+            return name
+        if dtype in LOW_PRECISION:
+            return self.to_dtype(self.index_expr(expr, torch.float32), dtype)
         step = expr.coeff(self.lane_var)
         start = sympy.expand(expr - step * self.lane_var)
         if dtype not in _NUMERIC or not step.is_Integer or self.lane_var in start.free_symbols:
@@ -199,11 +221,20 @@ class CppVectorHandler(CppHandler):
     def to_dtype(self, x: str, dtype: torch.dtype) -> str:
         source = self.dtype(x)
         if not self.is_vector(x):
-            return self.typed(f"static_cast<{c_type(dtype)}>({x})", dtype, False)
+            name = super().to_dtype(x, dtype)
+            self.types[name] = (dtype, False)
+            return name
         if dtype not in VECTOR_TYPES:
             raise NotVectorizable(f"a conversion to {dtype}")
         if source == dtype:
             return x
+        if dtype in LOW_PRECISION:  # float32 lanes rounded to the dtype
+            lanes = x if source in _FLOAT32_LANES else self.to_dtype(x, torch.float32)
+            name = self.typed(vector_round_to(dtype, lanes), dtype, True)
+            self.unrounded[name] = (lanes, dtype)
+            return name
+        if source in LOW_PRECISION and dtype == torch.float32:  # already float32 lanes
+            return self.typed(x, dtype, True)
         if dtype == torch.bool:
             return self.typed(f"kiln::mask({x} != 0)", dtype, True)
         if source == torch.bool:
