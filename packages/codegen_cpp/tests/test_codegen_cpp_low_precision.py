@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln import codegen_cpp, loopir
 
 LOW = [torch.bfloat16, torch.float16]
 EPS = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}  # one unit in the last place, relative
@@ -163,3 +166,24 @@ def test_input_of_the_wrong_16_bit_dtype_is_refused(cpp):
     compiled = cpp.build(lambda x: x * 2, torch.randn(4).to(torch.bfloat16))
     with pytest.raises(TypeError, match="must be a CPU torch.bfloat16 tensor, got torch.float16"):
         compiled.module(torch.randn(4).to(torch.float16))
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_round_low_precision_rounds_every_op_as_eager(path, dtype):
+    """loopir's `round_low_precision` rounds each ATen op's result (to_dtype after each op):
+    chains of correctly rounded float32 ops then give eager's bits exactly."""
+    def f(x, y):
+        return ((x * 3 + y) * 0.7 - x) / (y.abs() + 1)
+
+    g = torch.Generator().manual_seed(3)
+    x, y = (torch.randn(4, 67, generator=g).to(dtype) for _ in range(2))
+    gm = make_fx(f)(x, y)
+    per_op = codegen_cpp.compile(loopir.lower(gm, round_low_precision=True), path.options)
+    assert torch.equal(per_op(x, y), f(x, y))
+    kernel_graph = loopir.lower(gm)
+    once = codegen_cpp.compile(kernel_graph, path.options)(x, y)
+    assert torch.equal(once, kernel_graph(x, y))
+    # one rounding on store: not eager's bits, but closer to the exact result
+    truth = f(x.double(), y.double())
+    assert not torch.equal(once, f(x, y))
+    assert (once.double() - truth).abs().max() < (f(x, y).double() - truth).abs().max()
