@@ -39,8 +39,7 @@ _LOOP_LEVEL_TORCH_OPS = (
     "repeat", "addmv", "native_dropout", "triu_indices", "tril_indices",
     "upsample_bilinear2d", "upsample_bilinear2d.vec", "upsample_bicubic2d",
     "upsample_bicubic2d.vec", "upsample_trilinear3d", "upsample_trilinear3d.vec",
-    "upsample_linear1d", "upsample_linear1d.vec", "grid_sampler_2d", "_adaptive_avg_pool2d",
-    "adaptive_max_pool2d", "max_pool2d_with_indices", "narrow_copy", "view_copy",
+    "upsample_linear1d", "upsample_linear1d.vec", "grid_sampler_2d", "narrow_copy", "view_copy",
     "permute_copy", "as_strided_copy", "as_strided_scatter", "diagonal_scatter", "dist",
     "_batch_norm_with_update_functional", "_batch_norm_no_update", "batch_norm_backward",
     # backward
@@ -48,8 +47,8 @@ _LOOP_LEVEL_TORCH_OPS = (
     "silu_backward", "hardswish_backward", "hardsigmoid_backward", "hardtanh_backward",
     "leaky_relu_backward", "elu_backward", "softplus_backward", "threshold_backward",
     "sigmoid_backward", "tanh_backward", "native_layer_norm_backward",
-    "native_batch_norm_backward", "mse_loss_backward", "max_pool2d_with_indices_backward",
-    "native_group_norm_backward", "embedding_dense_backward",
+    "native_batch_norm_backward", "mse_loss_backward", "native_group_norm_backward",
+    "embedding_dense_backward",
 )  # fmt: skip
 
 

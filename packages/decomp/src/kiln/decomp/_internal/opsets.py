@@ -9,8 +9,9 @@ Two kinds of ops make up the set:
 * **loop ops** (``LOOP_OPS``), which a loop-level IR expresses as loop bodies: pointwise
   math (each a libm / libdevice call or a few arithmetic ops), reductions, views (index
   functions), indexing (gather / scatter as indirect loads and stores), ``cat`` and
-  padding, creation (``full``, ``arange`` as the iota, uninitialised ``empty``) and type
-  conversion;
+  padding, creation (``full``, ``arange`` as the iota, uninitialised ``empty``), type
+  conversion, and window reductions (pooling, adaptive pooling, nearest upsampling and
+  their backward ops);
 * **externs** (``EXTERN_OPS``), which stay whole and are called as library kernels:
   matrix products, convolution, attention, sorting and scans, linear algebra, FFT,
   random-number generation, ops with data-dependent output shapes, pooling / resampling
@@ -83,6 +84,21 @@ _INDEXING = (
     "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
 )  # fmt: skip
 
+# Window reductions: pooling, adaptive pooling and nearest upsampling, their backward ops
+# (a loop-level IR reduces over each window, or gathers over the windows holding an element)
+_WINDOWS = (
+    "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward",
+    "max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool2d_with_indices_backward",
+    "max_pool3d_with_indices_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d",
+    "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d",
+    "adaptive_max_pool3d", "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward",
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+    "upsample_nearest1d_backward", "upsample_nearest2d_backward", "upsample_nearest3d_backward",
+    "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
+    "_upsample_nearest_exact1d_backward", "_upsample_nearest_exact2d_backward",
+    "_upsample_nearest_exact3d_backward",
+)  # fmt: skip
+
 # Ops that stay whole, called as library kernels. Names missing from a torch are skipped.
 EXTERN_GROUPS: dict[str, tuple[str, ...]] = {
     "matmul": ("mm", "addmm", "bmm", "_cdist_forward", "_pdist_forward", "_trilinear"),
@@ -127,9 +143,6 @@ EXTERN_GROUPS: dict[str, tuple[str, ...]] = {
         "_embedding_bag", "_embedding_bag_forward_only",
     ),
     "pooling_and_resampling": (
-        "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward",
-        "_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward", "adaptive_max_pool3d",
-        "max_pool3d_with_indices", "max_pool3d_with_indices_backward",
         "fractional_max_pool2d", "fractional_max_pool3d", "grid_sampler_3d",
         "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa",
     ),
@@ -161,12 +174,13 @@ CREATION_OPS = aten_overloads(_CREATION)
 REDUCTION_OPS = aten_overloads(_REDUCTIONS)
 VIEW_OPS = aten_overloads(_VIEWS)
 INDEXING_OPS = aten_overloads(_INDEXING)
+WINDOW_OPS = aten_overloads(_WINDOWS)
 EXTERN_OPS_BY_GROUP: dict[str, frozenset[OpOverload]] = {
     group: aten_overloads(names) for group, names in EXTERN_GROUPS.items()
 }
 EXTERN_OPS: frozenset[OpOverload] = frozenset().union(*EXTERN_OPS_BY_GROUP.values())
 
-LOOP_OPS = POINTWISE_OPS | CREATION_OPS | REDUCTION_OPS | VIEW_OPS | INDEXING_OPS
+LOOP_OPS = POINTWISE_OPS | CREATION_OPS | REDUCTION_OPS | VIEW_OPS | INDEXING_OPS | WINDOW_OPS
 LOOP_LEVEL_OPS = LOOP_OPS | EXTERN_OPS
 
 # Ops a loop-level consumer (loopir) also accepts although `loop_level()` never leaves them in
