@@ -79,7 +79,14 @@ def elementary_family(x):
                 x.abs() + 2.0, 3))
 
 
+def incomplete_gamma_family(x):
+    a = x.abs() * 10.0
+    return (torch.special.gammainc(a, x.abs() * 9.0 + 0.5), torch.special.gammaincc(a, 250.0 - x.abs() * 3.0),
+            torch.special.gammainc(x.abs() + 1e-3, x.abs() * 2.0))
+
+
 FAMILIES = {"bessel": (bessel_family, (-60, 60)), "gamma": (gamma_family, (-12, 12)),
+            "incomplete_gamma": (incomplete_gamma_family, (-40, 40)),
             "normal": (normal_family, (-30, 30)), "elementary": (elementary_family, (-10, 10))}
 
 

@@ -164,6 +164,43 @@ def test_float32_zeta_computes_in_float64():
     assert torch.equal(kg(x, q), expected)
 
 
+def _incomplete_gamma_grid(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """a from 1e-6 to 3e6 (and 0, inf, NaN, -1, eager's region edges 20 and 200); x a multiple
+    of a from 1e-8 to 100, dense around x = a, and 0, inf, NaN, -1, 0.5, 1, 1.1."""
+    a = torch.cat([torch.logspace(-6, 6.5, 60, dtype=torch.float64),
+                   torch.tensor([0.0, 0.5, 1.0, 20.0, 20.5, 200.0, 200.5, math.inf, math.nan, -1.0], dtype=torch.float64)])
+    ratio = torch.cat([torch.logspace(-8, 2, 60, dtype=torch.float64), torch.linspace(0.5, 1.5, 51, dtype=torch.float64)])
+    extra = torch.tensor([0.0, math.inf, math.nan, -1.0, 0.5, 1.0, 1.1, 1e-300], dtype=torch.float64)
+    a_all = torch.cat([a.repeat_interleave(ratio.numel()), a.repeat_interleave(extra.numel())])
+    x_all = torch.cat([(a.view(-1, 1) * ratio).reshape(-1), extra.repeat(a.numel())])
+    return a_all.to(dtype), x_all.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("fn", [torch.special.gammainc, torch.special.gammaincc], ids=["igamma", "igammac"])
+def test_incomplete_gamma_matches_eager_over_every_region(check, fn, dtype):
+    check(fn, *_incomplete_gamma_grid(dtype), **_tolerance(dtype))
+
+
+def test_incomplete_gamma_bfloat16(check):
+    a, x = torch.linspace(0.1, 50, 200).to(torch.bfloat16), torch.linspace(50, 0.1, 200).to(torch.bfloat16)
+    check(torch.special.gammainc, a, x)
+    check(torch.special.gammaincc, a, x)
+
+
+def test_incomplete_gamma_at_large_a_takes_the_expansion_where_eager_sums_slowly():
+    # a > 200, 4.5 / sqrt(a) < |x - a| / a < 0.3: eager sums a series of about sqrt(a) terms (up to
+    # its cap of 2000 steps, 6e-8 off here); the unrolled body takes Temme's expansion instead
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    a = torch.tensor([562424.9452232864, 1000.0, 1e4, 250.0], dtype=torch.float64)
+    x = torch.tensor([558891.0602354865, 800.0, 7100.0, 300.0], dtype=torch.float64)
+    kg = _lowered(torch.special.gammainc, a, x)
+    expected = torch.tensor([float(mpmath.gammainc(p, 0, q, regularized=True)) for p, q in zip(a.tolist(), x.tolist())],
+                            dtype=torch.float64)
+    torch.testing.assert_close(kg(a, x), expected, rtol=1e-11, atol=0)
+
+
 def test_log_ndtr_through_erfcx_matches_eager_in_both_branches(check):
     x = torch.tensor([-1e3, -40.0, -1.5, -1.0, -0.999, 0.0, 3.0, 30.0], dtype=torch.float64)
     check(torch.special.log_ndtr, x, **F64)
@@ -179,15 +216,15 @@ def test_every_special_lowering_is_registered():
                 aten.special_modified_bessel_k0.default, aten.special_modified_bessel_k1.default,
                 aten.special_scaled_modified_bessel_k0.default, aten.special_scaled_modified_bessel_k1.default,
                 aten.special_spherical_bessel_j0.default, aten.searchsorted.Tensor, aten.searchsorted.Scalar,
-                aten.bucketize.Tensor, aten.bucketize.Scalar}
+                aten.bucketize.Tensor, aten.bucketize.Scalar, aten.igamma.default, aten.igammac.default}
     assert expected <= supported_ops()
 
 
 def test_prims_scalar_tensor_of_decomposed_xlogy_is_a_constant(check):
     # torch's xlogy/xlog1py references make their number operand a tensor with prims.scalar_tensor
     p = torch.linspace(0, 1, 11)
-    two_and_a_half = torch.ops.prims.scalar_tensor.default
-    kg = check(lambda p: two_and_a_half(2.5, dtype=torch.float32, device=p.device) * torch.log(p), p)
+    scalar_tensor = torch.ops.prims.scalar_tensor.default
+    kg = check(lambda p: scalar_tensor(2.5, dtype=torch.float32, device=p.device) * torch.log(p), p)
     assert len(kg.kernels) == 1
 
 

@@ -6,6 +6,7 @@ The functions live in one module per family, each with its own table, merged her
 * `lower_special_bessel`: i0/i0e/i1/i1e, modified Bessel functions (I, K, scaled K), Bessel
   functions of the first and second kind, spherical j0;
 * `lower_special_gamma`: digamma, polygamma, zeta;
+* `lower_special_igamma`: the regularized incomplete gamma functions igamma and igammac;
 * `lower_special_normal`: ndtri, erfcx, log_ndtr;
 * `lower_special_search`: searchsorted and bucketize, binary searches unrolled in the loop body.
 
@@ -18,12 +19,18 @@ from __future__ import annotations
 
 import torch
 
-from . import lower_special_bessel, lower_special_gamma, lower_special_normal, lower_special_search
+from . import (
+    lower_special_bessel,
+    lower_special_gamma,
+    lower_special_igamma,
+    lower_special_normal,
+    lower_special_search,
+)
 from .lower_pointwise import lower_full
 from .registry import Lowerings
 
 _SCALAR_TENSOR = Lowerings()
 _SCALAR_TENSOR.register("constant", torch.ops.prims.scalar_tensor.default)(lower_full)
 
-TABLE: Lowerings = (lower_special_bessel.TABLE | lower_special_gamma.TABLE | lower_special_normal.TABLE
-                    | lower_special_search.TABLE | _SCALAR_TENSOR)
+TABLE: Lowerings = (lower_special_bessel.TABLE | lower_special_gamma.TABLE | lower_special_igamma.TABLE
+                    | lower_special_normal.TABLE | lower_special_search.TABLE | _SCALAR_TENSOR)
