@@ -132,6 +132,32 @@ def test_integer_inputs_promote_as_in_eager(codegen):
         torch.testing.assert_close(value, expected, equal_nan=True)
 
 
+def polynomials(x):
+    special = torch.special
+    return (special.chebyshev_polynomial_t(x, 9), special.chebyshev_polynomial_u(x, 12),
+            special.chebyshev_polynomial_v(x, 4), special.chebyshev_polynomial_w(x, 10),
+            special.shifted_chebyshev_polynomial_t(x, 8), special.shifted_chebyshev_polynomial_u(x, 3),
+            special.shifted_chebyshev_polynomial_v(x, 7), special.shifted_chebyshev_polynomial_w(x, 6),
+            special.hermite_polynomial_h(x, 6), special.hermite_polynomial_he(x, 11),
+            special.laguerre_polynomial_l(x, 5), special.legendre_polynomial_p(x, 13))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_orthogonal_polynomials_of_a_number_degree(codegen, dtype):
+    # eager's float32 loops run with fused multiply-adds; loopir's recurrences run in float64,
+    # so float32 results are compared with eager's float64 ones (NaN x: eager is undefined)
+    x = torch.cat([torch.linspace(-1.5, 1.5, 241, dtype=torch.float64),
+                   torch.tensor([-1.0, 1.0, 0.0, 0.5, math.inf, -math.inf], dtype=torch.float64)]).to(dtype)
+    reports = []
+    got = compiled(polynomials, codegen, reports)(x)
+    assert_kernels_ran(reports)
+    for k, (value, expected) in enumerate(zip(got, polynomials(x.double()))):
+        tolerance = {"rtol": 1e-10, "atol": 1e-12} if dtype == torch.float64 else {}
+        torch.testing.assert_close(value, expected.to(dtype), equal_nan=True, msg=lambda m, k=k: f"output {k}: {m}",
+                                   **tolerance)
+
+
 # --------------------------------------------------------------------------- searches
 
 

@@ -5,6 +5,7 @@ searchsorted/bucketize against eager on random sorted rows with duplicates."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -233,6 +234,43 @@ def test_special_functions_fuse_with_their_neighbours():
     kg = _lowered(lambda x: torch.special.i0(x * 2) + torch.digamma(x).exp(), x)
     assert len(kg.kernels) == 1
     torch.testing.assert_close(kg(x), torch.special.i0(x * 2) + torch.digamma(x).exp())
+
+
+POLYNOMIALS = ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+               "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+               "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
+               "laguerre_polynomial_l", "legendre_polynomial_p"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", POLYNOMIALS)
+def test_orthogonal_polynomial_of_a_number_degree_matches_eager(name, dtype):
+    # NaN is left out: eager returns an uninitialized value for it (its recurrence stops before
+    # its first step). float32 is compared with eager's float64 result: eager's float32 loop is
+    # compiled with fused multiply-adds, loopir runs the recurrence in float64.
+    x = torch.cat([torch.linspace(-1.5, 1.5, 301, dtype=torch.float64),
+                   torch.tensor([-1.0, 1.0, 0.0, -0.0, 0.5, 0.75, math.inf, -math.inf], dtype=torch.float64)])
+    fn = getattr(torch.special, name)
+    for n in (-1, 0, 1, 2, 3, 5, 7, 10, 20, 2.7):
+        gm = make_fx(functools.partial(fn, n=n))(x.to(dtype))
+        assert getattr(aten, f"special_{name}").n_scalar in {node.target for node in gm.graph.nodes}
+        kg = lower(gm)
+        verify(kg)
+        got = kg(x.to(dtype))
+        if dtype == torch.float64:
+            torch.testing.assert_close(got, fn(x, n), rtol=1e-10, atol=1e-12, equal_nan=True, msg=f"n = {n}")
+        else:
+            torch.testing.assert_close(got, fn(x.float().double(), n).float(), equal_nan=True, msg=f"n = {n}")
+
+
+def test_orthogonal_polynomial_degree_limits():
+    x = torch.linspace(-1, 1, 11)
+    kg = _lowered(lambda x: torch.special.hermite_polynomial_h(x, 200), x)  # beyond float32's 128: NaN
+    torch.testing.assert_close(kg(x), torch.special.hermite_polynomial_h(x, 200), equal_nan=True)
+    with pytest.raises(NotImplementedError, match="unrolled 1000 times"):
+        lower(make_fx(lambda x: torch.special.legendre_polynomial_p(x, 1000))(x))
+    # a tensor degree: eager runs each element's own number of steps, which nothing bounds
+    assert aten.special_legendre_polynomial_p.default not in supported_ops()
 
 
 # --------------------------------------------------------------------------- searches

@@ -8,6 +8,7 @@ The functions live in one module per family, each with its own table, merged her
 * `lower_special_gamma`: digamma, polygamma, zeta;
 * `lower_special_igamma`: the regularized incomplete gamma functions igamma and igammac;
 * `lower_special_normal`: ndtri, erfcx, log_ndtr;
+* `lower_special_polynomial`: orthogonal polynomials of a degree given as a number;
 * `lower_special_search`: searchsorted and bucketize, binary searches unrolled in the loop body.
 
 Special functions that torch decomposes (sinc, entr, xlogy, xlog1py, logit, ndtr,
@@ -24,6 +25,7 @@ from . import (
     lower_special_gamma,
     lower_special_igamma,
     lower_special_normal,
+    lower_special_polynomial,
     lower_special_search,
 )
 from .lower_pointwise import lower_full
@@ -33,4 +35,5 @@ _SCALAR_TENSOR = Lowerings()
 _SCALAR_TENSOR.register("constant", torch.ops.prims.scalar_tensor.default)(lower_full)
 
 TABLE: Lowerings = (lower_special_bessel.TABLE | lower_special_gamma.TABLE | lower_special_igamma.TABLE
-                    | lower_special_normal.TABLE | lower_special_search.TABLE | _SCALAR_TENSOR)
+                    | lower_special_normal.TABLE | lower_special_polynomial.TABLE | lower_special_search.TABLE
+                    | _SCALAR_TENSOR)
