@@ -8,11 +8,14 @@
 * `SizeFunction` / `compile_size` / `evaluate_size`: size expressions evaluated on the host
   without `eval`;
 * `ArtifactCache`: the content-hash artifact cache, with atomic writes and verified loads;
-* `node_summary`: the one-line description of a node codegens put above its code.
+* `node_summary`: the one-line description of a node codegens put above its code;
+* `philox`: the definition of the random-number ops (`rand`, `randn`, `randint64`) every
+  codegen implements, with its constants and a torch implementation.
 
 kiln's C++ and Triton codegens are built on it; a third-party codegen can be too.
 """
 
+from ._internal import philox
 from ._internal.shared.artifacts import ArtifactCache, ArtifactCacheError
 from ._internal.shared.checks import CheckSite, raise_failed_check
 from ._internal.shared.handler import TextHandler
@@ -21,5 +24,5 @@ from ._internal.shared.walker import KernelWalker, ReductionParts, node_summary
 
 __all__ = [
     "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",
-    "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "node_summary",
+    "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "node_summary", "philox",
 ]

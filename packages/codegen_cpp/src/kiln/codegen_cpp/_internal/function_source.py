@@ -18,6 +18,7 @@ import sympy
 from kiln.loopir import ComputedBuffer, Kernel, Reduction, index_vars
 from kiln.loopir.codegen import CheckSite, KernelWalker, node_summary
 
+from . import random_source, scan_source
 from .kernel_source import PRELUDE, CppHandler, c_type, storage_type
 from .low_precision import VECTOR_CONVERSIONS
 from .options import CppOptions
@@ -110,6 +111,8 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
     if kind == "row":
         return _row_lines(walker, node, options)
     comment = _node_comment(node, node.name not in handler.outputs)
+    if kind == "scan":
+        return [comment] + _scan_lines(walker, node)
     if kind == "pointwise":
         if vector:  # vector code only where the kernel's innermost loop is the vector loop
             handler.lane_var = index_vars(len(walker.kernel.ranges))[-1] if _pointwise_only(walker.kernel) else None
@@ -129,6 +132,16 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
     else:
         loops = reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options, parallel_reduction)
     return [comment] + loops + parts.after
+
+
+def _scan_lines(walker: KernelWalker, node: ComputedBuffer) -> list[str]:
+    """A scan: the running value declared, then a sequential loop along the scanned dim
+    storing it at every step (in a block of its own: each outer point starts afresh)."""
+    (rvar,) = walker.kernel.placement(node)[1]
+    with walker.row_loop(node) as body:
+        walker.run(node)
+    init = walker.handler.scan_init
+    return ["{", *indent(init + [loop(rvar, node.reduction_ranges[0]) + " {"] + indent(body, 1) + ["}"], 1), "}"]
 
 
 def parallel_if(work: Sequence[sympy.Expr], options: CppOptions) -> str | None:
@@ -285,5 +298,8 @@ def kernel_graph_source(kernels: list[Kernel], options: CppOptions) -> tuple[str
     vector = VECTOR_LAYER + VECTOR_CONVERSIONS + VECTOR_MATH if options.vectorize else ""  # only what the kernels use
     prelude = PRELUDE + vector + ("\n".join(LIBMVEC) if options.vector_math else "")
     functions = [kernel_function(k, options) for k in kernels]
-    source = prelude + "\n" + "\n\n".join(f.text for f in functions) + "\n"
+    text = "\n\n".join(f.text for f in functions)
+    prelude += random_source.SOURCE if random_source.uses_random(text) else ""
+    prelude += scan_source.SOURCE if scan_source.uses_scan(text) else ""
+    source = prelude + "\n" + text + "\n"
     return source, {f.name: f.checks for f in functions}

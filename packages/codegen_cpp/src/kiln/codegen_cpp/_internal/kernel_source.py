@@ -18,6 +18,7 @@ import torch
 from kiln.loopir import Kernel, index_vars, indirect_var
 from kiln.loopir.codegen import TextHandler
 
+from . import random_source
 from .low_precision import (
     LOW_PRECISION,
     SCALAR_CONVERSIONS,
@@ -29,6 +30,7 @@ from .low_precision import (
 from .options import CppCodegenError
 from .printer import cpp_expr
 from .reduction_source import PendingReduction, start_reduction
+from .scan_source import scan_statements
 
 # The C++ type values of each dtype are computed in (bfloat16/float16: float, see low_precision.py).
 C_TYPES = {
@@ -229,6 +231,7 @@ class CppHandler(TextHandler):
     def __init__(self, kernel: Kernel) -> None:
         super().__init__(kernel)
         self.pending_reduction: PendingReduction | None = None
+        self.scan_init: list[str] = []  # a scan's running value, declared before its loop
         self.unsafe_indirect: dict[sympy.Symbol, str] = {}  # index into a maybe-empty dim -> its outside flag
         self.row_offset = _row_offset(kernel)  # a row temporary's place in its scratch row
         self._indirect_count = 0
@@ -268,6 +271,13 @@ class CppHandler(TextHandler):
         elif name in self.row_temporaries:
             self.row_temporary_index(name, index)
             self.lines.append(f"row_{name}[{cpp_expr(self.row_offset)}] = {value};")
+
+    def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
+        """The running value of a `Scan` at this step; its declaration goes before the scan's
+        loop (`scan_init`, see `scan_source.py`)."""
+        self.scan_init, update, result = scan_statements(name, scan_type, c_type(dtype), value)
+        self.lines.extend(update)
+        return result
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
         """Close the reduction's loop body; statements emitted after this run after its loops."""
@@ -345,7 +355,7 @@ class CppHandler(TextHandler):
         return self._division("fmod", a, b)
 
 
-CppHandler.install_templates({**_UNARY, **_BINARY})
+CppHandler.install_templates({**_UNARY, **_BINARY, **random_source.TEMPLATES})
 
 
 def _row_offset(kernel: Kernel) -> sympy.Expr:

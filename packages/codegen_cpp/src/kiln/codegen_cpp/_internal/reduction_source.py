@@ -55,7 +55,7 @@ def _product(name: str, ctype: str, value: str, body: list[str]) -> PendingReduc
                             f"reduction(*:{acc})", acc)
 
 
-def _lowest_first(reduction_type: str, ctype: str) -> str:
+def lowest_first(reduction_type: str, ctype: str) -> str:
     """The initial accumulator of a max (or argmax) reduction, or of a min."""
     largest = reduction_type in ("max", "argmax")
     if ctype in _FLOATS:
@@ -70,7 +70,7 @@ def _arg_extremum(name: str, reduction_type: str, ctype: str, value: str, positi
     best, at = f"best_{name}", f"acc_{name}"
     compare = ">" if reduction_type == "argmax" else "<"
     first_nan = f" || ({value} != {value} && {best} == {best})" if ctype in _FLOATS else ""
-    declarations = (f"{ctype} {best} = {_lowest_first(reduction_type, ctype)};", f"int64_t {at} = 0;")
+    declarations = (f"{ctype} {best} = {lowest_first(reduction_type, ctype)};", f"int64_t {at} = 0;")
     update = f"if ({value} {compare} {best}{first_nan}) {{ {best} = {value}; {at} = {position}; }}"
     return PendingReduction(reduction_type, declarations, (*body, update), (), "", at)
 
@@ -78,7 +78,7 @@ def _arg_extremum(name: str, reduction_type: str, ctype: str, value: str, positi
 def _extremum(name: str, reduction_type: str, ctype: str, value: str, body: list[str]) -> PendingReduction:
     acc = f"acc_{name}"
     compare = ">" if reduction_type == "max" else "<"
-    init = _lowest_first(reduction_type, ctype)
+    init = lowest_first(reduction_type, ctype)
     declarations = [f"{ctype} {acc} = {init};"]
     update = [f"{acc} = ({value} {compare} {acc}) ? {value} : {acc};"]
     finish: list[str] = []
@@ -135,7 +135,7 @@ def start_vector_reduction(name: str, reduction_type: str, ctype: str, value: st
         # As the scalar loop: a compare-select per lane, and NaNs noted apart (a short
         # dependency chain); any NaN makes the result NaN.
         vector = {"float": "kiln::vf32"}.get(ctype, _VECTOR_ACCUMULATORS[ctype])
-        init = _lowest_first(reduction_type, ctype)
+        init = lowest_first(reduction_type, ctype)
         compare = ">" if reduction_type == "max" else "<"
         element = f"vnext_{name}"
         update = [f"auto {element} = kiln::active_or({value}, {init}, active);",

@@ -298,3 +298,15 @@ def _install_vector_ops() -> None:
 
 _install_vector_ops()
 
+
+def _scalar_only(op: str):
+    def method(self: CppVectorHandler, *args: Any) -> str:
+        raise NotVectorizable(f"{op} has no vector version")
+
+    method.__name__ = op
+    return method
+
+
+for _op in ("rand", "randn", "randint64", "scan"):  # random numbers and scans run as scalar code
+    setattr(CppVectorHandler, _op, _scalar_only(_op))
+

@@ -261,3 +261,51 @@ def right_shift(a, b):
     """Arithmetic a >> b; the sign fill when b is negative or at least a's width (as torch)."""
     bits: tl.constexpr = a.dtype.primitive_bitwidth
     return a >> tl.where((b < 0) | (b >= bits), bits - 1, b)
+
+
+# Random numbers: loopir's generator (kiln/loopir/_internal/philox.py) is Philox4x32-10 keyed by
+# the 64-bit seed with the 64-bit offset as the counter, which is Triton's `tl.randint4x`; `rand`
+# and `randn` are Triton's own functions of it.
+@triton.jit
+def rand(seed, offset):
+    """Uniform float32 in [0, 1) for each offset."""
+    return tl.rand(seed, offset)
+
+
+@triton.jit
+def randn(seed, offset):
+    """Standard normal float32 for each offset (Box-Muller on the first two words)."""
+    return tl.randn(seed, offset)
+
+
+@triton.jit
+def randint64(seed, offset, low, high):
+    """int64 uniform in [low, high): 63 random bits (words 1 and 0) modulo high - low."""
+    c0, c1, _, _ = tl.randint4x(seed, offset)
+    bits = ((c1 & 0x7FFFFFFF).to(tl.int64) << 32) | c0.to(tl.int64)
+    return low + bits % (high - low)
+
+
+@triton.jit
+def logaddexp(a, b):
+    """log(exp(a) + exp(b)) without overflow, as eager's logcumsumexp combines: equal infinities
+    give themselves (inf - inf would be NaN), NaN propagates."""
+    hi = tl.maximum(a, b)
+    lo = tl.minimum(a, b)
+    combined = hi + log1p(tl.exp(lo - hi))
+    same_infinity = (lo == hi) & (tl.abs(lo) == float("inf"))
+    return tl.where((a != a) | (b != b), a + b, tl.where(same_infinity, a, combined))
+
+
+@triton.jit
+def argmax_scan_combine(v1, i1, v2, i2):
+    """cummax's running (value, position): the right one where it is as large or NaN."""
+    right = (v2 >= v1) | (v2 != v2)
+    return tl.where(right, v2, v1), tl.where(right, i2, i1)
+
+
+@triton.jit
+def argmin_scan_combine(v1, i1, v2, i2):
+    """cummin's running (value, position): the right one where it is as small or NaN."""
+    right = (v2 <= v1) | (v2 != v2)
+    return tl.where(right, v2, v1), tl.where(right, i2, i1)

@@ -65,12 +65,20 @@ _BINARY = {
         "floordiv", "truncdiv", "remainder", "fmod", "fmax", "fmin", "gcd", "left_shift", "right_shift")},
     **{name: f"libdevice.{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter")},
     "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
+    "rand": "kiln_device.rand({0}, {1})", "randn": "kiln_device.randn({0}, {1})",
 }
+_RANDOM = {"randint64": "kiln_device.randint64({0}, {1}, {2}, {3})"}
 _REDUCTION_UPDATE = {"sum": "{acc} + {v}", "prod": "{acc} * {v}", "max": "kiln_device.maximum({acc}, {v})",
                      "min": "kiln_device.minimum({acc}, {v})"}
 _REDUCTION_FOLD = {"sum": "tl.sum({acc}, 1)", "prod": "tl.reduce({acc}, 1, kiln_device.multiply)",
                    "max": "tl.reduce({acc}, 1, kiln_device.maximum)",
                    "min": "tl.reduce({acc}, 1, kiln_device.minimum)"}
+# scans: the block's inclusive scan along RBLOCK, and how two running values combine
+_SCAN_BLOCK = {"sum": "tl.cumsum({0}, 1)", "prod": "tl.cumprod({0}, 1)",
+               **{t: f"tl.associative_scan({{0}}, 1, kiln_device.{f})" for t, f in (
+                   ("max", "maximum"), ("min", "minimum"), ("logaddexp", "logaddexp"))}}
+_SCAN_COMBINE = {"sum": "{0} + {1}", "prod": "{0} * {1}", "max": "kiln_device.maximum({0}, {1})",
+                 "min": "kiln_device.minimum({0}, {1})", "logaddexp": "kiln_device.logaddexp({0}, {1})"}
 MAX_EXPANDED_POW = 16  # integer exponents up to this size become multiplications
 
 
@@ -130,6 +138,7 @@ class TritonHandler(TextHandler):
         self.index_vars = index_vars
         self.numels = {n.name: sympy.Mul(*n.spec.size) for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
+        self.scan_init: list[str] = []  # a scan's running value, declared before its loop
         # Masks of the loop being emitted (kernel_source sets them): what an indirect index, a
         # value of that loop, is masked by where it is used.
         self.loop_masks: tuple[str, ...] = ("xmask",)
@@ -284,6 +293,43 @@ class TritonHandler(TextHandler):
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)
 
+    def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: str) -> str:
+        """The running value at each lane of this RBLOCK chunk: the chunk's own inclusive scan
+        combined with `carry_<name>`, the scan of every earlier chunk (declared before the loop:
+        `scan_init`), which then takes in this chunk's last value. Lanes past the row's end
+        come after every real element, so they change nothing that is stored."""
+        carry = f"carry_{name}"
+        target = tl_dtype(dtype, self._where())
+        if scan_type in ("argmax", "argmin"):
+            return self._arg_scan(name, scan_type, dtype, *value)
+        identity = "0" if scan_type == "sum" else "1" if scan_type == "prod" else reduction_identity(
+            "max" if scan_type in ("max", "logaddexp") else "min", dtype)
+        self.scan_init = [f"{carry} = tl.full([XBLOCK, 1], {identity}, {target})"]
+        block = self.var(f"tl.broadcast_to({value}.to({target}), [XBLOCK, RBLOCK])")
+        running = self.var(_SCAN_COMBINE[scan_type].format(carry, self.var(_SCAN_BLOCK[scan_type].format(block))))
+        self.lines.append(f"{carry} = {self._last_lane(running)}")
+        return running
+
+    def _last_lane(self, block: str) -> str:
+        """Each row's value at the chunk's last lane, as an [XBLOCK, 1] block."""
+        return self.var(f"tl.sum(tl.where(rbase == RBLOCK - 1, {block}, 0), 1)[:, None]")
+
+    def _arg_scan(self, name: str, scan_type: str, dtype: torch.dtype, value: str, position: str) -> str:
+        """cummax/cummin's positions: a scan of (value, position) pairs, combined with the
+        running pair of earlier chunks (`best_<name>`, `at_<name>`)."""
+        best, at = f"best_{name}", f"at_{name}"
+        target = tl_dtype(dtype, self._where())
+        identity = reduction_identity("max" if scan_type == "argmax" else "min", dtype)
+        self.scan_init = [f"{best} = tl.full([XBLOCK, 1], {identity}, {target})",
+                          f"{at} = tl.zeros([XBLOCK, 1], tl.int64)"]
+        values = self.var(f"tl.broadcast_to({value}.to({target}), [XBLOCK, RBLOCK])")
+        positions = self.var(f"tl.broadcast_to({position}.to(tl.int64), [XBLOCK, RBLOCK])")
+        scanned = self.var(f"tl.associative_scan(({values}, {positions}), 1, kiln_device.{scan_type}_scan_combine)")
+        pair = self.var(f"kiln_device.{scan_type}_scan_combine({best}, {at}, {scanned}[0], {scanned}[1])")
+        running, where = self.var(f"{pair}[0]"), self.var(f"{pair}[1]")
+        self.lines += [f"{best} = {self._last_lane(running)}", f"{at} = {self._last_lane(where)}"]
+        return where
+
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
         target = tl_dtype(dtype, self._where())
         if not self._masks(expr):  # sizes only: a scalar
@@ -342,4 +388,4 @@ class TritonHandler(TextHandler):
         return self.var(f"1.0 / {result}") if exponent < 0 else result
 
 
-TritonHandler.install_templates({**_UNARY, **_BINARY})
+TritonHandler.install_templates({**_UNARY, **_BINARY, **_RANDOM})

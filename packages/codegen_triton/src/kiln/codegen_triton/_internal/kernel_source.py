@@ -99,6 +99,13 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str) -> list[s
     if kind == "row":
         return _row_lines(walker, node)
     handler: TritonHandler = walker.handler
+    if kind == "scan":
+        handler.loop_masks, handler.loop_ranges = ("xmask", "rmask"), node.reduction_ranges
+        with walker.row_loop(node) as body:
+            walker.run(node)
+        handler.loop_masks, handler.loop_ranges = ("xmask",), ()
+        header = f"{_node_header(node)}: cumulative {node.body.reduction_type} along dim {node.body.scan_dim}"
+        return [header, *handler.scan_init] + _loop_lines(node.reduction_ranges, body)
     if kind == "pointwise":
         with walker.pointwise(node) as body:
             walker.run(node)

@@ -13,6 +13,7 @@ from typing import Any
 import sympy
 import torch
 
+from . import philox
 from .ir import BufferSpec, Kernel
 from .ops import OpsHandler
 from .sizes import FloorDiv, evaluate_expr, free_size_symbols, index_vars, indirect_var
@@ -71,6 +72,7 @@ _TORCH_FUNCS = {
     "copysign": torch.copysign, "nextafter": torch.nextafter, "fmax": torch.fmax, "fmin": torch.fmin,
     "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
     "gcd": torch.gcd, "left_shift": torch.bitwise_left_shift, "right_shift": torch.bitwise_right_shift,
+    "rand": philox.rand, "randn": philox.randn, "randint64": philox.randint64,
 }
 
 
@@ -112,6 +114,15 @@ def _extremum(v: torch.Tensor, dims: tuple[int, ...], dtype: torch.dtype, larges
     return torch.full(shape, fill, dtype=dtype)
 
 
+_SCAN = {
+    "sum": lambda v: torch.cumsum(v, -1, dtype=v.dtype),
+    "prod": lambda v: torch.cumprod(v, -1, dtype=v.dtype),
+    "max": lambda v: torch.cummax(v, -1).values if v.shape[-1] else v,
+    "min": lambda v: torch.cummin(v, -1).values if v.shape[-1] else v,
+    "logaddexp": lambda v: torch.logcumsumexp(v, -1),
+}
+
+
 class TorchHandler(OpsHandler):
     """Computes a loop body on whole tensors of index values."""
 
@@ -137,13 +148,25 @@ class TorchHandler(OpsHandler):
             values, positions = (torch.broadcast_to(torch.as_tensor(v), self.shape) for v in value)
             if not dims:
                 return positions
-            values, positions = values.to(dtype).flatten(dims[0]), positions.flatten(dims[0])
+            values = values.to(torch.uint8 if dtype == torch.bool else dtype)  # torch's argmax refuses bool
+            values, positions = values.flatten(dims[0]), positions.flatten(dims[0])
             pick = values.argmax(-1) if reduction_type == "argmax" else values.argmin(-1)
             return positions.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
         value = torch.broadcast_to(torch.as_tensor(value), self.shape).to(dtype)
         if not dims:
             return value
         return _REDUCE[reduction_type](value, dims, dtype)
+
+    def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: Any) -> torch.Tensor:
+        # A Scan node's one scanned dim is the last of the iteration space.
+        if scan_type in ("argmax", "argmin"):
+            values, positions = (torch.broadcast_to(torch.as_tensor(v), self.shape) for v in value)
+            if not self.shape[-1]:
+                return positions
+            pick = torch.cummax if scan_type == "argmax" else torch.cummin
+            return positions.gather(-1, pick(values.to(dtype), -1).indices)
+        value = torch.broadcast_to(torch.as_tensor(value), self.shape).to(dtype)
+        return _SCAN[scan_type](value)
 
     def store_reduction(self, name: str, index: sympy.Expr, value: torch.Tensor) -> None:
         # The output index does not depend on reduction variables: their axes have size 1 in

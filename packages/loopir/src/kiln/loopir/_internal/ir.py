@@ -74,6 +74,21 @@ class Reduction:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Scan(Reduction):
+    """An inclusive scan (cumsum, cumprod, logcumsumexp, cummax values): `inner_fn(ops, index,
+    rindex)` is the element at output position ``index[:scan_dim] + rindex + index[scan_dim:]``,
+    and every position stores the combination (`reduction_type`, one of ops.SCAN_TYPES) of
+    the elements up to it along the scanned dim. `ranges` are the other dims, and
+    `reduction_ranges` the scanned dim's one extent: codegens run it as a loop, like a
+    reduction's, that stores at each step. The scheduler gives each scan a kernel of its own."""
+
+    scan_dim: int = 0
+
+    def output_index(self, index: Sequence[Expr], rindex: Sequence[Expr]) -> tuple[Expr, ...]:
+        return (*index[:self.scan_dim], *rindex, *index[self.scan_dim:])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ComputedBuffer:
     """A buffer defined by a loop body; `spec` is its (contiguous) layout."""
 
@@ -104,7 +119,8 @@ class ComputedBuffer:
         """
         index = _pin_unit_dims(index, self.ranges)
         rindex = _pin_unit_dims(rindex, self.reduction_ranges)
-        out_index = flat_index(index, self.spec.stride)
+        scan = isinstance(self.body, Scan)
+        out_index = flat_index(self.body.output_index(index, rindex) if scan else index, self.spec.stride)
         ranges = {**variable_ranges(index, self.ranges), **variable_ranges(rindex, self.reduction_ranges)}
         body_ops = _SimplifyingOps(ops, ranges) if ranges else ops
         value = self.body.loop_body.replay(body_ops, index, rindex)
@@ -112,6 +128,9 @@ class ComputedBuffer:
         rounds = self.spec.dtype in LOW_PRECISION and self.body.dtype != self.spec.dtype
         if isinstance(self.body, Pointwise):
             return ops.store(self.name, out_index, ops.to_dtype(value, self.spec.dtype) if rounds else value)
+        if scan:
+            acc = ops.scan(self.name, self.body.reduction_type, self.body.dtype, value)
+            return ops.store(self.name, out_index, ops.to_dtype(acc, self.spec.dtype) if rounds else acc)
         acc = ops.reduction(self.name, self.body.reduction_type, self.body.dtype, value)
         if rounds and self.body.reduction_type not in ("argmax", "argmin"):
             acc = ops.to_dtype(acc, self.spec.dtype)
@@ -136,7 +155,9 @@ class ComputedBuffer:
         self.run(printer, index_vars(len(self.ranges)), index_vars(len(self.reduction_ranges), "r"))
         kind = type(self.body).__name__
         head = f"{self.spec} = {kind}(ranges={list(self.ranges)}"
-        if isinstance(self.body, Reduction):
+        if isinstance(self.body, Scan):
+            head += f", scan over dim {self.body.scan_dim} of {list(self.body.reduction_ranges)}, {self.body.reduction_type}"
+        elif isinstance(self.body, Reduction):
             head += f", reduction_ranges={list(self.body.reduction_ranges)}, {self.body.reduction_type}"
         return head + ")\n" + "\n".join("    " + line for line in printer.lines)
 

@@ -18,6 +18,7 @@ import sympy
 import torch
 import torch.fx as fx
 
+from . import philox
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
 from .registry import Lowerings, default_lowerings
 from .sizes import Expr, compute_dtype, contiguous_strides, same_exprs, to_expr, to_exprs
@@ -89,6 +90,8 @@ class LoweringContext:
     def __init__(self) -> None:
         self.steps: list[Step] = []
         self._counter = 0
+        self._seeds: dict[torch.device, StridedView] = {}
+        self._random_ops = 0
 
     def new_buffer_name(self) -> str:
         name = f"buf{self._counter}"
@@ -120,6 +123,25 @@ class LoweringContext:
         spec = BufferSpec(self.new_buffer_name(), val.dtype, to_exprs(val.shape), to_exprs(val.stride()))
         self.steps.append(ExternCall(spec, node.target, realized, tuple(kwargs.items()), (node.name,)))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
+
+
+    def random_stream(self, device: torch.device) -> tuple[StridedView, int]:
+        """The graph's random seed on `device` and the first offset of a new random op's stream.
+
+        The seed is one extern call of `torch.randint` per graph call, added before the first
+        random op: torch's generator advances once per call, so `manual_seed` reproduces a run
+        and two calls draw different numbers. The k-th random op of the graph reads offsets
+        from ``k << philox.STREAM_SHIFT`` on (see `philox.py`)."""
+        device = torch.device(device)
+        if device not in self._seeds:
+            spec = BufferSpec(self.new_buffer_name(), torch.int64, (), ())
+            kwargs = {"dtype": torch.int64, "device": device}
+            self.steps.append(ExternCall(spec, torch.ops.aten.randint.low, (0, philox.SEED_HIGH, []),
+                                         tuple(kwargs.items()), ("random_seed",)))
+            self._seeds[device] = StridedView(spec.name, torch.int64, (), ())
+        start = self._random_ops << philox.STREAM_SHIFT
+        self._random_ops += 1
+        return self._seeds[device], start
 
 
 def _laid_out_like(name: str, dtype: torch.dtype, size: Sequence[Expr], like: Any) -> BufferSpec:

@@ -61,9 +61,24 @@ OPS: dict[str, int] = {
     # dtype the values compare in.
     "reduction": 1,
     "store_reduction": 1,  # store_reduction(buffer_name, flat_index, accumulator)
+    # scan(buffer_name, scan_type, dtype, value) -> the inclusive scan of `value` along the
+    # node's scan loop (a `Scan` node's r0), at the current position, combined in `dtype`;
+    # the body stores it at every position (`store`). For "argmax"/"argmin", `value` is a pair
+    # (value, position) and the result the int64 position of the running max/min, the latest
+    # one on ties, a NaN counting as larger and smaller than everything (cummax's indices).
+    "scan": 1,
+    # Counter-based random numbers (philox.py defines them exactly): `seed` an int64 value (a
+    # load of the graph's seed buffer), `offset` an int64 value (which number of the stream).
+    # Equal arguments give equal results, so a body may be replayed or inlined twice.
+    "rand": 2,  # rand(seed, offset) -> float32 uniform in [0, 1)
+    "randn": 2,  # randn(seed, offset) -> float32 standard normal
+    "randint64": 4,  # randint64(seed, offset, low, high) -> int64 uniform in [low, high)
 }
+RANDOM = ("rand", "randn", "randint64")
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin")
+# max/min propagate NaN (cummax/cummin); logaddexp is log(exp(a) + exp(b)) (logcumsumexp)
+SCAN_TYPES = ("sum", "prod", "max", "min", "logaddexp", "argmax", "argmin")
 
 
 class UnknownOpError(NotImplementedError):
@@ -117,6 +132,9 @@ class ReadsWrites(OpsHandler):
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> None:
         return None
 
+    def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: Any) -> None:
+        return None
+
     def constant(self, value: Any, dtype: torch.dtype) -> None:
         return None
 
@@ -143,7 +161,7 @@ class ReadsWrites(OpsHandler):
         return [a for a in self.accesses if a.kind == "store"]
 
 
-for _name in UNARY + BINARY:
+for _name in UNARY + BINARY + RANDOM:
     setattr(ReadsWrites, _name, ReadsWrites._value)
 
 
@@ -171,6 +189,10 @@ class Printer(OpsHandler):
         value = ", ".join(value) if isinstance(value, tuple) else value
         return self._emit(f"reduce_{reduction_type}({value})")
 
+    def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: Any) -> str:
+        value = ", ".join(value) if isinstance(value, tuple) else value
+        return self._emit(f"scan_{scan_type}({value})")
+
     def constant(self, value: Any, dtype: torch.dtype) -> str:
         return self._emit(f"constant({value!r}, {str(dtype).removeprefix('torch.')})")
 
@@ -197,5 +219,5 @@ def _printer_op(name: str):
     return op
 
 
-for _name in UNARY + BINARY:
+for _name in UNARY + BINARY + RANDOM:
     setattr(Printer, _name, _printer_op(_name))

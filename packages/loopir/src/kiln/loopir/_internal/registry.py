@@ -57,12 +57,13 @@ def default_lowerings() -> Lowerings:
         lower_pooling,
         lower_random,
         lower_reduction,
+        lower_scan,
         lower_special,
         lower_views,
     )
 
     return (lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE | lower_indexing.TABLE
-            | lower_pooling.TABLE | lower_special.TABLE | lower_random.TABLE)
+            | lower_pooling.TABLE | lower_special.TABLE | lower_random.TABLE | lower_scan.TABLE)
 
 
 def supported_ops(lowerings: Lowerings | None = None) -> frozenset[torch._ops.OpOverload]:

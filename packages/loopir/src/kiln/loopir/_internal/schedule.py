@@ -19,6 +19,7 @@ from .ir import (
     Kernel,
     Pointwise,
     Reduction,
+    Scan,
     is_row_of,
     merged_index,
     placement,
@@ -69,6 +70,7 @@ BLOCKER_KINDS = {
     "closed_by_extern": "the open kernel was closed by an extern that reads it",
     "ranges_differ": "ranges differ from the kernel's",
     "reads_elsewhere": "reads a kernel buffer not where it was stored",
+    "scan": "a scan runs in a kernel of its own",
 }
 
 
@@ -107,6 +109,8 @@ def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool) -> tup
     """Why `node` cannot join `group` ((kind, detail), or None when it can), and how it joins
     ("same_ranges", "merged_dims" or "row")."""
     how = "same_ranges"
+    if isinstance(node.body, Scan) or any(isinstance(m.body, Scan) for m in group.members):
+        return ("scan", ""), how
     if not same_exprs(group.ranges, node.ranges):
         if fuse_rows and is_row_of(node, group.ranges, group.row_ranges):
             how = "row"
@@ -126,6 +130,8 @@ def _as_row_prologue(group: _Group, step: ComputedBuffer) -> _Group | None:
     of the reduction (one pass per row: `x + residual` then a layer norm over it), or None when
     they are not rows of it or `step` would not read them where they are stored."""
     if not isinstance(step.body, Reduction) or any(isinstance(m.body, Reduction) for m in group.members):
+        return None
+    if isinstance(step.body, Scan):
         return None
     if group.members and same_exprs(group.ranges, step.ranges):
         return None  # plain fusion: same outer ranges

@@ -1,8 +1,10 @@
 """`KernelWalker`: runs one kernel's nodes on a `TextHandler`, a loop at a time.
 
-A kernel's nodes are of three kinds (`kind`): ``"pointwise"`` (straight-line code at each
+A kernel's nodes are of four kinds (`kind`): ``"pointwise"`` (straight-line code at each
 outer point), ``"reduction"`` (a loop over the node's reduction ranges, then code after it),
-and ``"row"`` (a loopir row node: its own loop over the kernel's row ranges). The walker runs
+``"row"`` (a loopir row node: its own loop over the kernel's row ranges) and ``"scan"`` (a
+`Scan`: a loop over its scanned dim whose body stores at every step; the codegen's `scan` op
+keeps the running value, declared before the loop). The walker runs
 a node's body where the kernel's scheduler placed it (`Kernel.placement`) and gives each
 kind a context manager that collects its statements and closes its scopes, so a codegen only
 wraps them in its target's loops:
@@ -17,6 +19,10 @@ wraps them in its target's loops:
             with walker.reduction(node) as parts:
                 walker.run(node)
             ...  # parts.body in a loop over node.reduction_ranges, then parts.after
+        elif kind == "scan":
+            with walker.row_loop(node) as body:
+                walker.run(node)
+            ...  # the running value's declaration, then `body` in a loop over node.reduction_ranges
         else:
             with walker.pointwise(node) as body:
                 walker.run(node)
@@ -28,7 +34,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 
-from ..ir import ComputedBuffer, Kernel, Reduction
+from ..ir import ComputedBuffer, Kernel, Reduction, Scan
 from .handler import TextHandler
 
 
@@ -51,6 +57,8 @@ class KernelWalker:
     def kind(self, node: ComputedBuffer) -> str:
         if self.kernel.is_row(node):
             return "row"
+        if isinstance(node.body, Scan):
+            return "scan"
         return "reduction" if isinstance(node.body, Reduction) else "pointwise"
 
     def nodes(self) -> Iterator[tuple[ComputedBuffer, str]]:
@@ -94,6 +102,8 @@ def node_summary(node: ComputedBuffer) -> str:
     """``buf3: float32[8, 16], sum over [32] <- add_1, mul``: what a node computes."""
     spec = node.spec
     text = f"{node.name}: {str(spec.dtype).removeprefix('torch.')}[{', '.join(str(s) for s in spec.size)}]"
-    if isinstance(node.body, Reduction):
+    if isinstance(node.body, Scan):
+        text += f", cumulative {node.body.reduction_type} along dim {node.body.scan_dim}"
+    elif isinstance(node.body, Reduction):
         text += f", {node.body.reduction_type} over {list(node.body.reduction_ranges)}"
     return text + (f" <- {', '.join(node.origins)}" if node.origins else "")
