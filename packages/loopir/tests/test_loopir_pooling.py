@@ -292,6 +292,17 @@ def test_float_scales_are_read_as_eager_reads_them():
     assert kg.kernels
 
 
+def test_empty_batches_give_empty_results():
+    x = _x((0, 3, 8, 8))
+    for fn in (lambda x: F.adaptive_avg_pool2d(x, (5, 3)), lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
+               lambda x: F.avg_pool2d(x, 3)):
+        kg = lower(make_fx(fn)(x))
+        got, want = kg(x), fn(x)
+        for g, w in zip(_leaves(got), _leaves(want)):
+            assert g.shape == w.shape and g.dtype == w.dtype
+        assert "FloorDiv" not in str(kg)  # no window math for no element
+
+
 # --------------------------------------------------------------------------- dynamic shapes and errors
 
 

@@ -19,6 +19,7 @@ coordinate and masked with `ops.where`, to 0 for sums and the lowest value for m
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,28 @@ I64 = torch.int64
 
 
 # --------------------------------------------------------------------------- windows
+
+
+def _register(kind: str, *ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`TABLE.register`, for lowerings whose outputs are zeros where they have no element: an
+    empty output has no window to read, and no index math is generated for it."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def lower(ctx, node, *args, **kwargs):
+            outs = node.meta["val"]
+            outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+            if any(out.numel() == 0 for out in outs if isinstance(out.numel(), int)):
+                empty = tuple(Lazy(out.dtype, to_exprs(out.shape), lambda ops, index, d=out.dtype: constant(ops, 0, d),
+                                   (node.name,)) for out in outs)
+                return empty if len(empty) > 1 else empty[0]
+            return fn(ctx, node, *args, **kwargs)
+
+        TABLE.register(kind, *ops)(lower)
+        return fn
+
+    return decorate
+
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,12 +275,12 @@ def _avg_pool(ctx, node, x, n, kernel_size, stride=(), padding=0, ceil_mode=Fals
     return Lazy(out.dtype, total.size, average, (node.name,), dtype if dtype != out.dtype else None)
 
 
-@TABLE.register("reduction", aten.avg_pool2d.default)
+@_register("reduction", aten.avg_pool2d.default)
 def lower_avg_pool2d(ctx, node, x, *args, **kwargs):
     return _avg_pool(ctx, node, x, 2, *args, **kwargs)
 
 
-@TABLE.register("reduction", aten.avg_pool3d.default)
+@_register("reduction", aten.avg_pool3d.default)
 def lower_avg_pool3d(ctx, node, x, *args, **kwargs):
     return _avg_pool(ctx, node, x, 3, *args, **kwargs)
 
@@ -279,12 +302,12 @@ def _avg_pool_backward(ctx, node, grad, x, n, kernel_size, stride, padding, ceil
     return _reduce_windows(ctx, node, out, axes, "sum", dtype, sent)
 
 
-@TABLE.register("reduction", aten.avg_pool2d_backward.default)
+@_register("reduction", aten.avg_pool2d_backward.default)
 def lower_avg_pool2d_backward(ctx, node, grad, x, *args, **kwargs):
     return _avg_pool_backward(ctx, node, grad, x, 2, *args, **kwargs)
 
 
-@TABLE.register("reduction", aten.avg_pool3d_backward.default)
+@_register("reduction", aten.avg_pool3d_backward.default)
 def lower_avg_pool3d_backward(ctx, node, grad, x, *args, **kwargs):
     return _avg_pool_backward(ctx, node, grad, x, 3, *args, **kwargs)
 
@@ -344,12 +367,12 @@ def _max_pool(ctx, node, x, n, kernel_size, stride=(), padding=0, dilation=1, ce
     return _max_with_indices(ctx, node, x, [p.window_axis() for p in pools])
 
 
-@TABLE.register("reduction", aten.max_pool2d_with_indices.default)
+@_register("reduction", aten.max_pool2d_with_indices.default)
 def lower_max_pool2d_with_indices(ctx, node, x, *args, **kwargs):
     return _max_pool(ctx, node, x, 2, *args, **kwargs)
 
 
-@TABLE.register("reduction", aten.max_pool3d_with_indices.default)
+@_register("reduction", aten.max_pool3d_with_indices.default)
 def lower_max_pool3d_with_indices(ctx, node, x, *args, **kwargs):
     return _max_pool(ctx, node, x, 3, *args, **kwargs)
 
@@ -378,12 +401,12 @@ def _max_pool_backward(ctx, node, grad, x, n, kernel_size, stride, padding, dila
                             any(p.candidates() > 1 for p in pools))
 
 
-@TABLE.register("reduction", aten.max_pool2d_with_indices_backward.default)
+@_register("reduction", aten.max_pool2d_with_indices_backward.default)
 def lower_max_pool2d_with_indices_backward(ctx, node, grad, x, *args):
     return _max_pool_backward(ctx, node, grad, x, 2, *args)
 
 
-@TABLE.register("reduction", aten.max_pool3d_with_indices_backward.default)
+@_register("reduction", aten.max_pool3d_with_indices_backward.default)
 def lower_max_pool3d_with_indices_backward(ctx, node, grad, x, *args):
     return _max_pool_backward(ctx, node, grad, x, 3, *args)
 
@@ -456,12 +479,12 @@ def _adaptive_avg_pool(ctx, node, x, n):
     return Lazy(out.dtype, total.size, average, (node.name,), dtype if dtype != out.dtype else None)
 
 
-@TABLE.register("reduction", aten._adaptive_avg_pool2d.default)
+@_register("reduction", aten._adaptive_avg_pool2d.default)
 def lower_adaptive_avg_pool2d(ctx, node, x, output_size):
     return _adaptive_avg_pool(ctx, node, x, 2)
 
 
-@TABLE.register("reduction", aten._adaptive_avg_pool3d.default)
+@_register("reduction", aten._adaptive_avg_pool3d.default)
 def lower_adaptive_avg_pool3d(ctx, node, x, output_size):
     return _adaptive_avg_pool(ctx, node, x, 3)
 
@@ -481,12 +504,12 @@ def _adaptive_avg_pool_backward(ctx, node, grad, x, n):
     return _reduce_windows(ctx, node, out, axes, "sum", dtype, sent)
 
 
-@TABLE.register("reduction", aten._adaptive_avg_pool2d_backward.default)
+@_register("reduction", aten._adaptive_avg_pool2d_backward.default)
 def lower_adaptive_avg_pool2d_backward(ctx, node, grad, x):
     return _adaptive_avg_pool_backward(ctx, node, grad, x, 2)
 
 
-@TABLE.register("reduction", aten._adaptive_avg_pool3d_backward.default)
+@_register("reduction", aten._adaptive_avg_pool3d_backward.default)
 def lower_adaptive_avg_pool3d_backward(ctx, node, grad, x):
     return _adaptive_avg_pool_backward(ctx, node, grad, x, 3)
 
@@ -496,12 +519,12 @@ def _adaptive_max_pool(ctx, node, x, n):
     return _max_with_indices(ctx, node, x, [_adaptive_axis(s, o) for s, o in zip(sizes, outs)])
 
 
-@TABLE.register("reduction", aten.adaptive_max_pool2d.default)
+@_register("reduction", aten.adaptive_max_pool2d.default)
 def lower_adaptive_max_pool2d(ctx, node, x, output_size):
     return _adaptive_max_pool(ctx, node, x, 2)
 
 
-@TABLE.register("reduction", aten.adaptive_max_pool3d.default)
+@_register("reduction", aten.adaptive_max_pool3d.default)
 def lower_adaptive_max_pool3d(ctx, node, x, output_size):
     return _adaptive_max_pool(ctx, node, x, 3)
 
@@ -512,12 +535,12 @@ def _adaptive_max_pool_backward(ctx, node, grad, x, indices, n):
                             True)
 
 
-@TABLE.register("reduction", aten.adaptive_max_pool2d_backward.default)
+@_register("reduction", aten.adaptive_max_pool2d_backward.default)
 def lower_adaptive_max_pool2d_backward(ctx, node, grad, x, indices):
     return _adaptive_max_pool_backward(ctx, node, grad, x, indices, 2)
 
 
-@TABLE.register("reduction", aten.adaptive_max_pool3d_backward.default)
+@_register("reduction", aten.adaptive_max_pool3d_backward.default)
 def lower_adaptive_max_pool3d_backward(ctx, node, grad, x, indices):
     return _adaptive_max_pool_backward(ctx, node, grad, x, indices, 3)
 
@@ -700,7 +723,7 @@ def _register_nearest(op: Any, kind: str, n: int, exact: bool, backward: bool) -
             raise LoweringError(f"{node_location(node)}: {exc}") from exc
 
     lower.__name__ = f"lower_{op._schema.name.removeprefix('aten::')}"
-    TABLE.register(kind, op)(lower)
+    _register(kind, op)(lower)
 
 
 for _n in (1, 2, 3):
