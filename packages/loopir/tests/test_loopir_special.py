@@ -251,7 +251,7 @@ def test_orthogonal_polynomial_of_a_number_degree_matches_eager(name, dtype):
     x = torch.cat([torch.linspace(-1.5, 1.5, 301, dtype=torch.float64),
                    torch.tensor([-1.0, 1.0, 0.0, -0.0, 0.5, 0.75, math.inf, -math.inf], dtype=torch.float64)])
     fn = getattr(torch.special, name)
-    for n in (-1, 0, 1, 2, 3, 5, 7, 10, 20, 2.7):
+    for n in (-1, 0, 1, 2, 3, 5, 7, 10, 20, 2.7, True):
         gm = make_fx(functools.partial(fn, n=n))(x.to(dtype))
         assert getattr(aten, f"special_{name}").n_scalar in {node.target for node in gm.graph.nodes}
         kg = lower(gm)

@@ -180,8 +180,8 @@ POLYNOMIALS: dict[str, Callable[[Real, int], Real]] = {
 
 
 def _degree(node, n) -> int:
-    """The degree as eager takes it: the number converted to an int64 (truncated)."""
-    if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n):
+    """The degree as eager takes it: the number converted to an int64 (truncated; True is 1)."""
+    if not isinstance(n, (int, float)) or not math.isfinite(n):
         raise NotImplementedError(f"{node.target} of degree {n!r} is not lowered (a finite number only)")
     return int(n)
 
