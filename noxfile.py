@@ -100,6 +100,14 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def coverage(session: nox.Session) -> None:
+    """Which ATen ops become kiln kernels, externs or eager fallbacks: OpInfo samples and HF models."""
+    _install_all(session)
+    _install(session, "transformers", "expecttest")
+    session.run("python", str(ROOT / "tools" / "coverage.py"), *(session.posargs or ["--models"]))
+
+
+@nox.session
 def gpu_check(session: nox.Session) -> None:
     """HF training gradients on a GPU, kiln and Inductor vs eager (tools/gpu_check.py; needs CUDA)."""
     _install_all(session)
