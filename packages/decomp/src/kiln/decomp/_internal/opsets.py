@@ -159,7 +159,13 @@ EXTERN_GROUPS: dict[str, tuple[str, ...]] = {
         "special_shifted_chebyshev_polynomial_u", "special_shifted_chebyshev_polynomial_v",
         "special_shifted_chebyshev_polynomial_w", "special_hermite_polynomial_h",
         "special_hermite_polynomial_he", "special_laguerre_polynomial_l",
-        "special_legendre_polynomial_p",
+        "special_legendre_polynomial_p", "special_log_ndtr", "special_zeta.self_scalar",
+        "special_zeta.other_scalar", "bucketize.Scalar",
+        *(f"special_{p}.n_scalar" for p in (
+            "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+            "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+            "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w", "hermite_polynomial_h",
+            "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p")),
     ),
     "complex": (
         "complex", "polar", "view_as_complex", "view_as_real", "_conj", "_conj_physical",
@@ -195,4 +201,7 @@ OUTSIDE_OPSET: dict[OpOverload, str] = {
     torch.ops.aten.sym_size.int: "a size query, not a tensor op: never decomposed, read at run time",
     torch.ops.aten.sym_stride.int: "a stride query, not a tensor op: never decomposed, read at run time",
     torch.ops.aten.sym_numel.default: "an element-count query, not a tensor op: never decomposed",
+    torch.ops.prims.scalar_tensor.default: "a number made a tensor by torch's own decompositions of "
+                                           "scalar overloads (xlogy, xlog1py); consumers lower it as "
+                                           "aten.scalar_tensor",
 }
