@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .lower_special_math import Cond, Real, polevl, select, special_pointwise, where
+from .lower_special_math import Cond, Real, never, polevl, select, special_pointwise, where
 from .registry import Lowerings
 
 aten = torch.ops.aten
@@ -79,7 +79,7 @@ def trigamma(x: Real) -> Real:
 def _zeta_positive(x: Real, q: Real) -> Real:
     """Math.h's zeta(x, q) for q > 0 (x > 1): a direct sum of up to 10 terms (more only while
     q + i <= 9), then the Euler-Maclaurin tail; each stops at a term below the epsilon."""
-    done = Cond(x.ops, x.ops.constant(False, torch.bool))
+    done = never(x)
     s, a, b = q.pow(-x), q, x.const(0.0)
     for i in range(10):
         # `while (i < 9 || a <= 9)`: a 10th term only where q + 9 rounds to 9 (a tiny q)

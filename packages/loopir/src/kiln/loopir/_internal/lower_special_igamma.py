@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from .lower_special_math import Cond, Real, polevl, select, special_pointwise, where
+from .lower_special_math import Cond, Real, never, polevl, select, special_pointwise, where
 from .registry import Lowerings
 
 aten = torch.ops.aten
@@ -238,10 +238,6 @@ ASYMPTOTIC_D = (
 )
 
 
-def _false(like: Real) -> Cond:
-    return Cond(like.ops, like.ops.constant(False, torch.bool))
-
-
 def _lanczos_sum_expg_scaled(a: Real) -> Real:
     """Math.h's ratevl of Boost's Lanczos sum: a polynomial ratio in a, or in 1 / a beyond 1."""
     inverse = 1.0 / a
@@ -264,7 +260,7 @@ def _prefactor(a: Real, x: Real, limits: _Limits) -> Real:
 
 def _power_series(a: Real, x: Real, prefactor: Real, limits: _Limits) -> Real:
     """The lower function by DLMF 8.11.4 (Math.h's _igam_helper_series)."""
-    done = _false(a)
+    done = never(a)
     r, c, ans = a, a.const(1.0), a.const(1.0)
     for _ in range(SERIES_STEPS):
         r = r + 1.0
@@ -277,7 +273,7 @@ def _power_series(a: Real, x: Real, prefactor: Real, limits: _Limits) -> Real:
 
 def _small_x_series(a: Real, x: Real, limits: _Limits) -> Real:
     """The upper function by DLMF 8.7.3, for x <= 1.1 (Math.h's _igamc_helper_series)."""
-    done = _false(a)
+    done = never(a)
     fac, total = a.const(1.0), a.const(0.0)
     for n in range(1, SMALL_X_SERIES_STEPS + 1):
         fac = fac * (-x / float(n))
@@ -294,7 +290,7 @@ def _continued_fraction(a: Real, x: Real, prefactor: Real, limits: _Limits) -> R
     """The upper function by DLMF 8.9.2 (Math.h's _igamc_helper_continued_fraction). Math.h
     rescales by 2**-52 (float: 2**-24) whenever |pk| passes 2**52: exact, so checking every few
     steps gives the same values while nothing overflows."""
-    done = _false(a)
+    done = never(a)
     y = 1.0 - a
     z = x + y + 1.0
     pkm2, qkm2 = a.const(1.0), x
@@ -326,7 +322,7 @@ def _asymptotic(a: Real, x: Real, lower: bool, limits: _Limits) -> Real:
     lam = x / a
     eta = select(a.const(0.0), (lam > 1.0, magnitude), (lam < 1.0, -magnitude))
     res = 0.5 * (sign * eta * (a / 2.0).sqrt()).apply("erfc")
-    done = _false(a)
+    done = never(a)
     total, afac, old = a.const(0.0), a.const(1.0), a.const(math.inf)
     for row in ASYMPTOTIC_D:
         term = polevl(eta, row[::-1]) * afac

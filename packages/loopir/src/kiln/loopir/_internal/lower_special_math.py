@@ -123,12 +123,6 @@ class Real:
     def copysign(self, sign: Real | Number) -> Real:
         return self._binary("copysign", sign)
 
-    def maximum(self, other: Real | Number) -> Real:
-        return self._binary("maximum", other)
-
-    def minimum(self, other: Real | Number) -> Real:
-        return self._binary("minimum", other)
-
     def apply(self, name: str) -> Real:
         """The unary op `name` (`ops.exp`, `ops.lgamma`, ...) of this value."""
         return Real(self.ops, getattr(self.ops, name)(self.value), self.dtype)
@@ -145,14 +139,16 @@ class Real:
     def abs(self) -> Real:
         return self.apply("abs")
 
-    def isnan(self) -> Cond:
-        return Cond(self.ops, self.ops.isnan(self.value))
-
     def isinf(self) -> Cond:
         return Cond(self.ops, self.ops.isinf(self.value))
 
     def to(self, dtype: torch.dtype) -> Real:
         return self if dtype == self.dtype else Real(self.ops, self.ops.to_dtype(self.value, dtype), dtype)
+
+
+def never(like: Real) -> Cond:
+    """The constant False (a `done` flag before the first step of an unrolled loop)."""
+    return Cond(like.ops, like.ops.constant(False, torch.bool))
 
 
 def where(cond: Cond, a: Real | Number, b: Real | Number) -> Real:
@@ -180,11 +176,6 @@ def polevl(x: Real, coefficients: Sequence[float]) -> Real:
     for c in coefficients[1:]:
         result = result * x + c
     return result
-
-
-def p1evl(x: Real, coefficients: Sequence[float]) -> Real:
-    """Cephes' p1evl: as `polevl` with an implicit leading coefficient 1."""
-    return polevl(x, (1.0, *coefficients))
 
 
 def chbevl(x: Real, coefficients: Sequence[float]) -> Real:
