@@ -70,6 +70,19 @@ EXTRA_OPINFOS = {
     "bool": "_to_copy to bool",
     "alias_copy": "alias (loop_level decomposes alias_copy to alias + clone)",
     "kron": "_unsafe_view (make_fx reshapes its non-contiguous product with a copy)",
+    "nn.functional.avg_pool1d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.max_pool1d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.max_pool2d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.max_pool3d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.adaptive_avg_pool1d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.adaptive_avg_pool2d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.adaptive_avg_pool3d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.adaptive_max_pool1d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.adaptive_max_pool2d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.adaptive_max_pool3d": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.interpolate.nearest": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.interpolate.nearest-exact": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.upsample_nearest": "window reductions (pooling, adaptive pooling, nearest upsampling)",
 }
 
 # Overloads taking a number where their OpInfo's samples have a tensor: make_fx records
@@ -85,6 +98,8 @@ SCALAR_OVERLOADS = {
     aten.pow.Scalar: "pow",
 }
 
+_BACKWARD_ONLY = "OpInfo samples trace forward only; backward ops appear in training graphs"
+
 # Ops of supported_ops() that no OpInfo sample traces to, and why; HAND_WRITTEN samples run them.
 NO_OPINFO = {
     aten.sym_size.int: "sizes are graph values only in symbolic traces; OpInfo samples trace with real shapes",
@@ -93,6 +108,19 @@ NO_OPINFO = {
     aten.reshape.default: "make_fx decomposes reshape to view/_unsafe_view while tracing, so only a renamed "
                           "node reaches loopir's reshape lowering",
     aten.detach.default: "no OpInfo calls detach (make_fx records it only for an explicit call)",
+    aten.avg_pool2d_backward.default: _BACKWARD_ONLY,
+    aten.avg_pool3d_backward.default: _BACKWARD_ONLY,
+    aten.max_pool3d_with_indices_backward.default: _BACKWARD_ONLY,
+    aten._adaptive_avg_pool2d_backward.default: _BACKWARD_ONLY,
+    aten._adaptive_avg_pool3d_backward.default: _BACKWARD_ONLY,
+    aten.adaptive_max_pool2d_backward.default: _BACKWARD_ONLY,
+    aten.adaptive_max_pool3d_backward.default: _BACKWARD_ONLY,
+    aten.upsample_nearest1d_backward.default: _BACKWARD_ONLY,
+    aten.upsample_nearest2d_backward.default: _BACKWARD_ONLY,
+    aten.upsample_nearest3d_backward.default: _BACKWARD_ONLY,
+    aten._upsample_nearest_exact1d_backward.default: _BACKWARD_ONLY,
+    aten._upsample_nearest_exact2d_backward.default: _BACKWARD_ONLY,
+    aten._upsample_nearest_exact3d_backward.default: _BACKWARD_ONLY,
 }
 
 # Random ops draw from kiln's generator (loopir's philox.py), not eager's, so no value can match:
@@ -167,11 +195,59 @@ def _sizes_in_graph(a):
     return a * a.shape[0] + a.stride(0) - a.numel()
 
 
+def _g2(a):
+    return a[None, None, :2, :3]
+
+
+def _x2(a):
+    return a[None, None] * 1
+
+
+def _g3(a):
+    return a[None, None, None, :2, :3]
+
+
+def _x3(a):
+    return a[None, None, None] * 1
+
+
+_F3 = (torch.float32, torch.float64, torch.bfloat16)
+_F2 = (torch.float32, torch.float64)
+# Backward ops of window reductions on a [3, 4] sample (their grads [2, 3]).
+_POOLING_BACKWARD = {
+    "hand:avg_pool2d_backward": HandWritten(
+        lambda a: aten.avg_pool2d_backward(_g2(a), _x2(a), [2, 2], [1, 1], [0, 0], False, True, None), _F3),
+    "hand:avg_pool3d_backward": HandWritten(
+        lambda a: aten.avg_pool3d_backward(_g3(a), _x3(a), [1, 2, 2], [1, 1, 1], [0, 0, 0], False, True, None), _F2),
+    "hand:max_pool3d_with_indices_backward": HandWritten(
+        lambda a: aten.max_pool3d_with_indices_backward(
+            _g3(a), _x3(a), [1, 2, 2], [1, 1, 1], [0, 0, 0], [1, 1, 1], False,
+            aten.max_pool3d_with_indices(_x3(a), [1, 2, 2], [1, 1, 1])[1]), _F2),
+    "hand:_adaptive_avg_pool2d_backward": HandWritten(lambda a: aten._adaptive_avg_pool2d_backward(_g2(a), _x2(a)), _F3),
+    "hand:_adaptive_avg_pool3d_backward": HandWritten(lambda a: aten._adaptive_avg_pool3d_backward(_g3(a), _x3(a)), _F3),
+    "hand:adaptive_max_pool2d_backward": HandWritten(
+        lambda a: aten.adaptive_max_pool2d_backward(_g2(a), _x2(a), aten.adaptive_max_pool2d(_x2(a), [2, 3])[1]), _F3),
+    "hand:adaptive_max_pool3d_backward": HandWritten(
+        lambda a: aten.adaptive_max_pool3d_backward(_g3(a), _x3(a), aten.adaptive_max_pool3d(_x3(a), [1, 2, 3])[1]),
+        _F3),
+    **{f"hand:{prefix}1d_backward": HandWritten(
+        lambda a, p=prefix: getattr(aten, f"{p}1d_backward")(a[None], [4], [1, 3, 3], None), _F3)
+       for prefix in ("upsample_nearest", "_upsample_nearest_exact")},
+    **{f"hand:{prefix}2d_backward": HandWritten(
+        lambda a, p=prefix: getattr(aten, f"{p}2d_backward")(a[None, None], [3, 4], [1, 1, 2, 3], None, None), _F3)
+       for prefix in ("upsample_nearest", "_upsample_nearest_exact")},
+    **{f"hand:{prefix}3d_backward": HandWritten(
+        lambda a, p=prefix: getattr(aten, f"{p}3d_backward")(a[None, None, None], [1, 3, 4], [1, 1, 1, 2, 3], None,
+                                                              None, None), _F3)
+       for prefix in ("upsample_nearest", "_upsample_nearest_exact")},
+}
+
 HAND_WRITTEN = {
     "hand:sym_sizes": HandWritten(_sizes_in_graph, (torch.float32, torch.int64), tracing_mode="symbolic"),
     "hand:reshape": HandWritten(lambda a: (a.view(2, 6), (a * 2).view(4, 3)), DTYPES,
                                 retarget=((aten.view.default, aten.reshape.default),)),
     "hand:detach": HandWritten(lambda a: aten.detach.default(a * 2) + 1, (torch.float32, torch.int64)),
+    **_POOLING_BACKWARD,
 }
 
 
