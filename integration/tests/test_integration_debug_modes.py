@@ -114,6 +114,17 @@ def test_debug_mode_options_from_the_environment():
         KilnOptions.create({"verify_calls": -1})
 
 
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({}, False), ({"KILN_SYNC_CHECKS": "1"}, True), ({"KILN_SYNC_CHECKS": "0"}, False),
+    ({"CUDA_LAUNCH_BLOCKING": "1"}, True), ({"CUDA_LAUNCH_BLOCKING": "1", "KILN_SYNC_CHECKS": "0"}, False),
+])
+def test_sync_checks_from_the_environment_reach_the_triton_codegen(environ, expected):
+    from kiln import codegen_triton
+    options = KilnOptions.create({}, environ=environ)
+    assert options.sync_checks is expected
+    assert codegen_triton.CODEGEN.make_options(options.codegen_settings()).sync_checks is expected
+
+
 def test_difference_rule():
     want = torch.tensor([1.0, -2.0, float("inf"), float("nan")])
     assert difference(want.clone(), want) is None

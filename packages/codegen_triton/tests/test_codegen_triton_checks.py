@@ -1,6 +1,12 @@
 """Run-time checks in generated Triton: an out-of-range indirect index raises IndexError after
-the launch (loads at it are masked, nothing is read out of bounds); integer division or
-remainder by zero does not raise (as eager on CUDA) and gives 0."""
+the launch (loads at it are masked, nothing is read out of bounds) with `sync_checks`; without
+it, on a GPU, a failed check is a device-side assert and no launch waits for its kernel;
+integer division or remainder by zero does not raise (as eager on CUDA) and gives 0."""
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -8,6 +14,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.codegen_triton import TritonOptions, compile, generate
 from kiln.loopir import lower
+
+ON_GPU = os.environ.get("KILN_TRITON_TEST_DEVICE", "").startswith("cuda")  # see conftest.py
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 
@@ -22,7 +30,7 @@ INDEXING = {
 
 @pytest.fixture(scope="module")
 def options(tmp_path_factory):
-    return TritonOptions(cache_dir=tmp_path_factory.mktemp("triton_cache"), xblock=4)
+    return TritonOptions(cache_dir=tmp_path_factory.mktemp("triton_cache"), xblock=4, sync_checks=True)
 
 
 def build(fn, *args, options):
@@ -44,6 +52,55 @@ def test_out_of_range_index_raises(name, bad, options):
                                          r"a dimension of size 5"):
         module(x, bad_index)
     torch.testing.assert_close(module(x, good), fn(x, good))  # a fresh status buffer per call
+
+
+def _triton_kernels(module):
+    return [node.target for node in module.graph.nodes if type(node.target).__name__ == "TritonKernel"]
+
+
+def test_without_sync_checks_a_failed_check_asserts_asynchronously(tmp_path):
+    """The path a GPU takes without `sync_checks`: `torch._assert_async` on the status. On CPU
+    tensors that assert raises at once, which shows its message; under the interpreter the
+    launch itself always checks synchronously (IndexError)."""
+    x, i, bad = torch.randn(5, 3), torch.tensor([0, 4, 4, 2, 1]), torch.tensor([0, 1, 2, 7, 3])
+    module = build(INDEXING["index_select"], x, i, options=TritonOptions(cache_dir=tmp_path, xblock=4))
+    with pytest.raises(IndexError, match="out of bounds"):
+        module(x, bad)
+    if not ON_GPU:
+        (kernel,) = _triton_kernels(module)
+        kernel.interpreted = False  # take the GPU's path on CPU tensors
+        with pytest.raises(RuntimeError, match=r"run-time check of Triton kernel kernel0 failed \(IndexError: "
+                                               r"buffer buf\d+ .*out of bounds.*sync_checks=True"):
+            module(x, bad)
+        torch.testing.assert_close(module(x, i), torch.index_select(x, 0, i))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="device-side asserts and host synchronization exist on a GPU only")
+def test_on_a_gpu_checked_kernels_never_wait_and_a_failure_is_a_device_assert(tmp_path):
+    x, i = torch.randn(5, 3), torch.tensor([0, 4, 4, 2, 1])
+    module = build(INDEXING["index_select"], x, i, options=TritonOptions(cache_dir=tmp_path, xblock=4))
+    module(x, i)  # first launch compiles
+    torch.cuda.set_sync_debug_mode("error")  # any host-device synchronization raises
+    try:
+        got = module(x, i)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(got, torch.index_select(x, 0, i))
+    script = textwrap.dedent(f"""
+        import torch
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from kiln.codegen_triton import TritonOptions, compile
+        from kiln.loopir import lower
+        fn = lambda x, i: torch.index_select(x, 0, i)
+        x, i = torch.randn(5, 3, device="cuda"), torch.tensor([0, 9], device="cuda")
+        module = compile(lower(make_fx(fn, tracing_mode="fake")(x, i)), TritonOptions(cache_dir={str(tmp_path)!r}))
+        module(x, i)
+        torch.cuda.synchronize()
+        print("no error")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "no error" not in done.stdout, done.stdout + done.stderr
+    assert "device-side assert" in done.stderr or "Assertion" in done.stderr, done.stderr[-2000:]
 
 
 def test_index_into_an_empty_dim_raises(options):

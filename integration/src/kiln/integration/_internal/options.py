@@ -5,6 +5,8 @@ Environment variables are read here and nowhere else in kiln:
   KILN_CACHE_DIR=<dir>  where generated code and shared libraries are cached
   KILN_VERIFY_CALLS=<n> compare each compiled region with eager on its first n calls
   KILN_FILL_UNINITIALIZED=1  fill every buffer kiln allocates with NaN before kernels write it
+  KILN_SYNC_CHECKS=1    GPU kernels' run-time checks raise eager's exception at once (also set by
+                        CUDA_LAUNCH_BLOCKING=1)
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class KilnOptions:
         ops it lowers to loopir.
     round_low_precision: round every bfloat16/float16 op result as eager does (True), instead
         of computing in float32 and rounding once on store (False, Inductor's semantics).
+    sync_checks: on a GPU, wait after each kernel with run-time checks (an index out of range)
+        and raise eager's exception naming the kernel (True), or let a failed check become a
+        device-side assert reported at the next synchronization, as eager's CUDA indexing errors
+        are (False: the host never waits; KILN_SYNC_CHECKS=1 or CUDA_LAUNCH_BLOCKING=1 sets it).
     """
 
     debug_dir: pathlib.Path | None = None
@@ -64,6 +70,7 @@ class KilnOptions:
     fill_uninitialized: bool = False
     lowerings: Any = None
     round_low_precision: bool = False
+    sync_checks: bool = False
 
     def __post_init__(self) -> None:
         for name, kinds in _TYPES.items():
@@ -100,6 +107,9 @@ class KilnOptions:
             values["verify_calls"] = _int_variable(environ, "KILN_VERIFY_CALLS")
         if environ.get("KILN_FILL_UNINITIALIZED"):
             values["fill_uninitialized"] = _int_variable(environ, "KILN_FILL_UNINITIALIZED") != 0
+        if environ.get("KILN_SYNC_CHECKS") or environ.get("CUDA_LAUNCH_BLOCKING") == "1":
+            values["sync_checks"] = _int_variable(environ, "KILN_SYNC_CHECKS") != 0 \
+                if environ.get("KILN_SYNC_CHECKS") else True
         valid = [f.name for f in dataclasses.fields(cls)]
         for key, value in dict(overrides or {}).items():
             if key not in valid:
@@ -125,7 +135,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "debug_dir": _PATH, "cache_dir": _PATH, "min_region_size": (int,), "fallback": (bool,), "verify": (bool,),
     "openmp": (bool,), "parallel_threshold": (int,), "codegen": (str, type(None)), "partitioner": (str,),
     "bias_epilogues": (bool, type(None)), "verify_calls": (int,), "fill_uninitialized": (bool,),
-    "round_low_precision": (bool,),
+    "round_low_precision": (bool,), "sync_checks": (bool,),
 }
 
 

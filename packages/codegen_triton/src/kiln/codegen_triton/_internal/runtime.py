@@ -11,6 +11,7 @@ later ones call the compiled kernel's launcher directly (see `launch.py`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -126,10 +127,25 @@ class TritonKernel:
         else:
             self._launcher.launch(plan, inputs, outputs, status)
         if status:
-            number = int(status[0].item())  # .item() waits for the kernel
+            self._report_checks(status[0], plan)
+        return outputs
+
+    def _report_checks(self, status: torch.Tensor, plan: _Plan) -> None:
+        """Raise the failed check's exception (waiting for the kernel), or on a GPU without
+        `sync_checks` turn a nonzero status into a device-side assert (nothing waits)."""
+        if self.interpreted or self.options.sync_checks:
+            number = int(status.item())  # .item() waits for the kernel
             if number:
                 raise_failed_check(self.__name__, self.kernel.symbols, self.checks, number, plan.sizes)
-        return outputs
+            return
+        torch._assert_async(status == 0, self._async_message)
+
+    @functools.cached_property
+    def _async_message(self) -> str:
+        checks = "; ".join(dict.fromkeys(f"{c.error.__name__}: {c.message.format(size='its size')}"
+                                         for c in self.checks))
+        return (f"kiln: a run-time check of Triton kernel {self.__name__} failed ({checks}); rerun with "
+                "sync_checks=True (kiln: KILN_SYNC_CHECKS=1 or CUDA_LAUNCH_BLOCKING=1) for eager's exception")
 
     def _new_plan(self, size_args: tuple) -> _Plan:
         sizes = tuple(int(s) for s in size_args)
