@@ -129,11 +129,15 @@ def only_triton_kernel(fn, *args, options):
 def test_block_shapes_follow_memory_order(fn, contiguous, tmp_path):
     kernel = only_triton_kernel(fn, torch.randn(5, 12), options=TritonOptions(cache_dir=tmp_path))
     assert kernel.contiguous == contiguous
-    # Defaults: up to 8 x 128 for strided reductions; a contiguous one takes up to 1024 of a row
+    # Defaults: up to 8 x 128 for strided reductions; a contiguous one takes up to 4096 of a row
     # and as many rows as keep the block within 1024 elements.
-    work = [(16384, 1024), (16384, 13), (7, 300), (1, 10**6)]
-    expected = [(1, 1024), (8, 16), (2, 512), (1, 1024)] if contiguous else [(8, 128), (8, 16), (8, 128), (1, 128)]
+    work = [(16384, 1024), (16384, 13), (7, 300), (1, 10**6), (64, 4096)]
+    expected = ([(1, 1024), (8, 16), (2, 512), (1, 4096), (1, 4096)] if contiguous
+                else [(8, 128), (8, 16), (8, 128), (1, 128), (8, 128)])
     assert [kernel._reduction_blocks(x, r) for x, r in work] == expected
+    # one warp per KiB of the float32 tile (strided: per 512 bytes), 2 to 16
+    warps = [kernel._warps({"XBLOCK": x, "RBLOCK": r}) for x, r in expected]
+    assert warps == ([4, 2, 4, 16, 16] if contiguous else [8, 2, 8, 2, 8])
 
 
 def test_contiguous_rows_with_default_blocks(tmp_path):

@@ -57,7 +57,7 @@ def compile(kernel_graph: KernelGraph, options: TritonOptions | None = None) -> 
     path, hit = write_source(source, options.cache_dir)
     generated = load_module(path)
     compiled = {k.name: TritonKernel(k, getattr(generated, k.name), options, infos[k.name].checks,
-                                     infos[k.name].index_bounds) for k in kernel_graph.kernels}
+                                     infos[k.name].index_bounds, infos[k.name].tile) for k in kernel_graph.kernels}
     module = kernel_graph.with_kernels(compiled)
     seconds = time.perf_counter() - start
     module.meta[META_KEY] = TritonArtifacts(source, path, hit, seconds, tuple(compiled))

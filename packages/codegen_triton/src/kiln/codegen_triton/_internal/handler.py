@@ -146,6 +146,8 @@ class TritonHandler(TextHandler):
         # Ranges of r0, r1, ... in the loop being emitted (kernel_source sets them; () outside loops).
         self.loop_ranges: tuple[sympy.Expr, ...] = ()
         self.outer_loop = outer_loop(kernel.ranges)
+        # False in 2-D tiled kernels (`tiling.py`): outer accesses index with i0, i1, ... only.
+        self.flat_outer = True
         # A bound on every index value the emitted code computes (see `_index`): the kernel
         # uses 32-bit index arithmetic when they all fit.
         self.index_bounds: set[sympy.Expr] = set()
@@ -170,7 +172,7 @@ class TritonHandler(TextHandler):
         loops = (self.outer_loop,)
         if self.loop_ranges:
             loops += (inner_loop(self.loop_ranges),)
-        expr = flat_offset(sympy.sympify(expr), loops)
+        expr = flat_offset(sympy.sympify(expr), loops if self.flat_outer else loops[1:])
         maxima = {ind: sympy.Integer(0) for ind in self.indirect_masks}  # 64-bit (`indirect_indexing`)
         for loop in loops:
             maxima[loop.flat] = loop.numel - 1

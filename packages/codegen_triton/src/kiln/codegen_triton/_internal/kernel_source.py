@@ -34,6 +34,7 @@ from .handler import TritonHandler, tl_dtype
 from .indexing import FlatLoop, IndexWidth, index_width, inner_loop, outer_loop
 from .options import TritonCodegenError
 from .printer import triton_expr
+from .tiling import Tile, pointwise_tile
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ from kiln.codegen_triton._internal.device_functions import libdevice
 RESERVED = frozenset({
     "xnumel", "xoffset", "xindex", "xmask", "rnumel", "roffset", "rbase", "rindex", "rmask",
     "XBLOCK", "RBLOCK", "INDEX_64", "tl", "triton", "kiln_device", "libdevice", "kiln_status",
+    "YBLOCK", "ynumel", "yindex", "zindex", "xtiles", "ytiles", "tile",
 })
 
 
@@ -167,7 +169,8 @@ def _spans(kernel: Kernel) -> list[sympy.Expr]:
     return spans + [xnumel * _product(kernel.row_ranges)]
 
 
-def _prologue(kernel: Kernel, reduction: bool, width: IndexWidth, body: Sequence[str]) -> list[str]:
+def _prologue(kernel: Kernel, reduction: bool, width: IndexWidth, body: Sequence[str],
+              tile: Tile | None = None) -> list[str]:
     """Where the program's outer points are, and the outer variables `body` uses.
 
     Positions are int32 (as `tl.program_id` and `tl.arange` give them) or int64 (see
@@ -181,6 +184,8 @@ def _prologue(kernel: Kernel, reduction: bool, width: IndexWidth, body: Sequence
         widen = ".to(tl.int64 if INDEX_64 else tl.int32)"
     else:
         widen = ".to(tl.int64)" if width.bits == 64 else ""
+    if tile is not None:
+        return lines + _tiled_prologue(kernel, tile, widen, body)
     arange = "tl.arange(0, XBLOCK)[:, None]" if reduction else "tl.arange(0, XBLOCK)"
     lines += [f"xnumel = {_unparenthesized(triton_expr(_product(kernel.ranges)))}",
               f"xoffset = tl.program_id(0){widen} * XBLOCK",
@@ -189,6 +194,24 @@ def _prologue(kernel: Kernel, reduction: bool, width: IndexWidth, body: Sequence
     if reduction:
         lines.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{widen}")
     return lines + _unflatten_lines(outer_loop(kernel.ranges), body)
+
+
+def _tiled_prologue(kernel: Kernel, tile: Tile, widen: str, body: Sequence[str]) -> list[str]:
+    """Where a tiled program's YBLOCK x XBLOCK points are (see `tiling.py`): the tile's dims
+    are ``yindex`` (a column) and ``xindex`` (a row), the other outer dims one ``zindex``."""
+    ranges = kernel.ranges
+    ivars = index_vars(len(ranges))
+    lines = [f"ynumel = {_unparenthesized(triton_expr(ranges[tile.y]))}",
+             f"xnumel = {_unparenthesized(triton_expr(ranges[tile.x]))}",
+             "xtiles = (xnumel + XBLOCK - 1) // XBLOCK",
+             "ytiles = (ynumel + YBLOCK - 1) // YBLOCK",
+             f"tile = tl.program_id(0){widen}",
+             "zindex = tile // (xtiles * ytiles)",
+             "yindex = (tile // xtiles) % ytiles * YBLOCK + tl.arange(0, YBLOCK)[:, None]",
+             "xindex = tile % xtiles * XBLOCK + tl.arange(0, XBLOCK)[None, :]",
+             "xmask = (yindex < ynumel) & (xindex < xnumel)",
+             f"{ivars[tile.y]} = yindex", f"{ivars[tile.x]} = xindex"]
+    return lines + _unflatten_lines(tile.others(tuple(ranges)), body)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -200,6 +223,7 @@ class LaunchInfo:
 
     checks: tuple[CheckSite, ...]
     index_bounds: tuple[sympy.Expr, ...]
+    tile: Tile | None = None  # a 2-D tiled pointwise kernel: it also takes a YBLOCK constexpr
 
 
 def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
@@ -217,18 +241,21 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
     params += [s.name for s in kernel.symbols]
     ivars = index_vars(len(kernel.ranges))
     rvars = {v for node in kernel.nodes for v in index_vars(len(node.reduction_ranges), "r")}
-    handler = TritonHandler(kernel, 2 if reduction else 1, frozenset(ivars) | frozenset(rvars))
+    tile = None if reduction else pointwise_tile(kernel)
+    handler = TritonHandler(kernel, 2 if reduction or tile else 1, frozenset(ivars) | frozenset(rvars))
+    handler.flat_outer = tile is None
     walker = KernelWalker(kernel, handler)
     body = [line for node, kind in walker.nodes() for line in _node_lines(walker, node, kind)]
     width = index_width([*handler.index_bounds, *_spans(kernel)], kernel.symbols)
-    body = _prologue(kernel, reduction, width, body) + body
+    body = _prologue(kernel, reduction, width, body, tile) + body
     params += ["kiln_status"] if handler.checks else []
     params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if reduction else [])
+    params += ["YBLOCK: tl.constexpr"] if tile else []
     params += ["INDEX_64: tl.constexpr"] if width.bits is None else []
     signature = ", ".join(params)
     lines = ["@triton.jit", f"def {kernel.name}({signature}):"]
     text = "\n".join(lines + ["    " + line for line in body])
-    return text, LaunchInfo(tuple(handler.checks), width.bounds)
+    return text, LaunchInfo(tuple(handler.checks), width.bounds, tile)
 
 
 def kernel_graph_source(kernels: Sequence[Kernel]) -> tuple[str, dict[str, LaunchInfo]]:

@@ -30,8 +30,14 @@ class TritonOptions:
         neighbouring outer points' reads together.
     contiguous_rblock: the same when every loop over reduction ranges reads them contiguously
         (softmax, layer norm, sum over the last dim): RBLOCK grows up to this, and XBLOCK
-        shrinks so that XBLOCK * RBLOCK stays within reduction_xblock * rblock.
-    num_warps: warps per program (ignored by the Triton interpreter).
+        shrinks so that XBLOCK * RBLOCK stays within reduction_xblock * rblock. Rows up to
+        this long are read in one step, which makes the later loops over the same row hit L1.
+    num_warps: warps per pointwise program (ignored by the Triton interpreter).
+    max_reduction_warps: reduction (and tiled) programs get one warp per KiB of their
+        XBLOCK x RBLOCK (x YBLOCK) tile's widest input (strided reductions: per 512 bytes), at
+        least 2 and at most this.
+    tile_block: most points along each dim of a 2-D tiled pointwise program (a kernel that
+        loads along one dim and stores along another, as a transpose does: see `tiling.py`).
     check_inputs: check input dtypes, devices and strides against the kernel on every call.
     device: where outputs of kernels without tensor inputs are allocated; None means "cuda"
         when torch sees a GPU, else "cpu" (kernels with inputs use their first input's device).
@@ -56,8 +62,10 @@ class TritonOptions:
     xblock: int = 1024
     reduction_xblock: int = 8
     rblock: int = 128
-    contiguous_rblock: int = 1024
+    contiguous_rblock: int = 4096
     num_warps: int = 4
+    max_reduction_warps: int = 16
+    tile_block: int = 64
     check_inputs: bool = True
     device: str | None = None
     fill_uninitialized: bool = False
@@ -65,12 +73,14 @@ class TritonOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))
-        for field in ("xblock", "reduction_xblock", "rblock", "contiguous_rblock", "num_warps"):
+        for field in ("xblock", "reduction_xblock", "rblock", "contiguous_rblock", "num_warps",
+                      "max_reduction_warps", "tile_block"):
             value = getattr(self, field)
             if not _is_power_of_two(value):
                 raise ValueError(f"TritonOptions.{field} must be a positive power of two, got {value!r}")
-        if self.num_warps > 32:
-            raise ValueError(f"TritonOptions.num_warps must be at most 32, got {self.num_warps}")
+        for field in ("num_warps", "max_reduction_warps"):
+            if getattr(self, field) > 32:
+                raise ValueError(f"TritonOptions.{field} must be at most 32, got {getattr(self, field)}")
 
 
 class TritonCodegenError(RuntimeError):

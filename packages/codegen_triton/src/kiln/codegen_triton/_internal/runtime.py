@@ -26,6 +26,7 @@ from .indexing import INT32_LIMIT
 from .kernel_source import has_reduction
 from .launch import DirectLauncher
 from .options import TritonCodegenError, TritonOptions
+from .tiling import Tile
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +81,25 @@ class _Plan:
     size_key: tuple  # the sizes' part of the specialization key (see DirectLauncher)
 
 
+# Measured on an H200 (tools/bench_gpu_rows.py, BENCHMARKS.md): 1 KiB of the tile's widest
+# input per warp beat 512 B and 2 KiB across softmax, norms, var_mean and sums at rows of 1024
+# to 16384, float32 and bfloat16; strided reductions did best with twice the warps.
+_TILE_BYTES_PER_WARP = 1024
+
+
 class TritonKernel:
     """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, launching a generated Triton kernel."""
 
     def __init__(self, kernel: Kernel, jit_function: Any, options: TritonOptions,
-                 checks: Sequence[CheckSite] = (), index_bounds: Sequence[sympy.Expr] = ()) -> None:
+                 checks: Sequence[CheckSite] = (), index_bounds: Sequence[sympy.Expr] = (),
+                 tile: Tile | None = None) -> None:
         self.__name__ = kernel.name
         self.kernel = kernel
         self.checks = tuple(checks)  # run-time checks: the kernel then takes a `kiln_status` buffer
         # Bounds of the kernel's index values in its size symbols: the kernel then takes an
         # INDEX_64 constexpr, set when one reaches INT32_LIMIT (see `kernel_source.LaunchInfo`).
         self.index_bounds = tuple(index_bounds)
+        self.tile = tile  # a 2-D tiled pointwise kernel (see `tiling.py`)
         self.jit_function = jit_function
         self.options = options
         self.reduction = has_reduction(kernel)
@@ -102,7 +111,8 @@ class TritonKernel:
         self._in_dtypes = tuple(i.dtype for i in kernel.inputs)
         self._layouts = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs] + [o.stride for o in kernel.outputs]
                                      + [i.size for i in kernel.inputs] + [i.stride for i in kernel.inputs]
-                                     + [[_numel(kernel.ranges)] + rnumels, self.index_bounds])
+                                     + [[_numel(kernel.ranges)] + rnumels, self.index_bounds]
+                                     + ([[kernel.ranges[tile.y], kernel.ranges[tile.x]]] if tile else []))
         self._plans: dict[tuple, _Plan] = {}
         self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
 
@@ -153,22 +163,48 @@ class TritonKernel:
         n_out, n_in = len(self.kernel.outputs), self._n_in
         out_layouts = tuple(zip(rows[:n_out], rows[n_out:2 * n_out], (o.dtype for o in self.kernel.outputs)))
         in_rows = rows[2 * n_out:]
-        xnumel, *rnumels = rows[-2]
+        (xnumel, *rnumels), bounds = rows[2 * (n_out + n_in)], rows[2 * (n_out + n_in) + 1]
         blocks = {}
         if self.reduction:
             blocks["XBLOCK"], blocks["RBLOCK"] = self._reduction_blocks(xnumel, max(rnumels, default=1))
+        elif self.tile:
+            ynumel, tile_xnumel = rows[-1]
+            blocks["XBLOCK"], blocks["YBLOCK"] = (_block(tile_xnumel, self.options.tile_block),
+                                                  _block(ynumel, self.options.tile_block))
         else:
             blocks["XBLOCK"] = _block(xnumel, self.options.xblock)
         if self.index_bounds:
-            blocks["INDEX_64"] = max(rows[-1]) >= INT32_LIMIT
-        launch = {"num_warps": self.options.num_warps, **blocks}
+            blocks["INDEX_64"] = max(bounds) >= INT32_LIMIT
+        launch = {"num_warps": self._warps(blocks), **blocks}
         plan = _Plan(sizes, out_layouts, in_rows[:n_in], in_rows[n_in:2 * n_in], xnumel == 0,
-                     (-(-xnumel // launch["XBLOCK"]),), tuple(blocks.values()), launch,
+                     (self._programs(xnumel, rows[-1] if self.tile else (), blocks),), tuple(blocks.values()), launch,
                      (tuple(blocks.values()), tuple(_int_class(s) for s in sizes)))
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
         self._plans[size_args] = plan
         return plan
+
+    def _programs(self, xnumel: int, tile_sizes: Sequence[int], blocks: dict[str, int]) -> int:
+        """How many programs cover the outer points: XBLOCK each, or one per tile."""
+        if not tile_sizes:
+            return -(-xnumel // blocks["XBLOCK"])
+        ynumel, tile_xnumel = tile_sizes
+        others = xnumel // (ynumel * tile_xnumel) if xnumel else 0
+        return -(-tile_xnumel // blocks["XBLOCK"]) * -(-ynumel // blocks["YBLOCK"]) * others
+
+    def _warps(self, blocks: dict[str, int]) -> int:
+        """Pointwise: `num_warps`; reductions: one warp per 256 elements of the tile (2 to
+        `max_reduction_warps`), so a long row is read by enough threads to keep loads wide."""
+        if not (self.reduction or self.tile):
+            return self.options.num_warps
+        tile_bytes = blocks["XBLOCK"] * blocks.get("RBLOCK", blocks.get("YBLOCK")) * self._widest_input
+        # A strided reduction's loads are short runs along XBLOCK: it needs more warps in flight.
+        per_warp = _TILE_BYTES_PER_WARP if self.contiguous or self.tile else _TILE_BYTES_PER_WARP // 2
+        return max(2, min(self.options.max_reduction_warps, tile_bytes // per_warp))
+
+    @functools.cached_property
+    def _widest_input(self) -> int:
+        return max((torch.empty((), dtype=d).element_size() for d in self._in_dtypes), default=4)
 
     def _reduction_blocks(self, xnumel: int, rnumel: int) -> tuple[int, int]:
         """(XBLOCK, RBLOCK); see `TritonOptions.rblock` and `contiguous_rblock`."""

@@ -1,0 +1,193 @@
+"""Memory-bound GPU workloads at several row lengths and dtypes: eager, Inductor and kiln (issue 14).
+
+    python tools/bench_gpu_rows.py [--widths 1024 4096 16384] [--dtypes float32 bfloat16] [--out rows.md]
+
+Each workload reads and writes about `--elements` elements (2^26 by default) arranged as rows of
+each width: softmax, layer norm, rmsnorm, var_mean and sum over the last dim, sum over dim 0, a
+transposed add (read transposed, write contiguous), a pointwise chain. For every row: median
+time of each backend (`triton.testing.do_bench`, L2 flushed between calls), the bytes the
+workload must move (inputs once, outputs once) over that time as a percentage of the measured
+device-to-device copy bandwidth, and kiln/Inductor. kiln runs with ``fallback=False`` and its
+backend calls are counted (a row where kiln compiled nothing is an error). `--kiln-paths NAME=DIR`
+adds a kiln column per entry whose package sources are taken from DIR first (a before/after
+comparison in one run: DIR holds another checkout's `packages/*/src` joined by ':').
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def softmax(x):
+    return torch.softmax(x, -1)
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, x.shape[-1:], w, b)
+
+
+def rmsnorm(x, w):
+    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w
+
+
+def var_mean(x):
+    return torch.var_mean(x, -1)
+
+
+def sum_last(x):
+    return x.sum(-1)
+
+
+def sum_first(x):
+    return x.sum(0)
+
+
+def transpose_add(x, y):
+    return x.t() + y
+
+
+def pointwise(x):
+    return torch.sigmoid(x) * x + torch.tanh(x) * 0.5
+
+
+def cases(width: int, dtype: torch.dtype, elements: int):
+    """(name, fn, args) of every workload at one width and dtype, on the GPU."""
+    rows = max(1, elements // width)
+    x = torch.randn(rows, width, device="cuda", dtype=dtype)
+    w, b = torch.randn(width, device="cuda", dtype=dtype), torch.randn(width, device="cuda", dtype=dtype)
+    yt = torch.randn(width, rows, device="cuda", dtype=dtype)
+    return [
+        ("softmax", softmax, (x,)), ("layer_norm", layer_norm, (x, w, b)), ("rmsnorm", rmsnorm, (x, w)),
+        ("var_mean", var_mean, (x,)), ("sum(-1)", sum_last, (x,)), ("sum(0)", sum_first, (x,)),
+        ("transpose+add", transpose_add, (x, yt)), ("pointwise", pointwise, (x,)),
+    ]
+
+
+def moved_bytes(fn, args) -> int:
+    out = fn(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    return sum(t.numel() * t.element_size() for t in (*args, *outs))
+
+
+def bench(fn) -> float:
+    from triton.testing import do_bench
+    return do_bench(fn, warmup=10, rep=50, return_mode="median") / 1e3
+
+
+def copy_bandwidth() -> float:
+    a = torch.empty(1 << 28, device="cuda", dtype=torch.float32)
+    b = torch.empty_like(a)
+    return 2 * a.numel() * 4 / bench(lambda: b.copy_(a))
+
+
+class Counting:
+    def __init__(self, backend):
+        self.backend, self.calls = backend, 0
+
+    def __call__(self, gm, example_inputs):
+        self.calls += 1
+        return self.backend(gm, example_inputs)
+
+
+def kiln_seconds(fn, args, want) -> tuple[float, float]:
+    """(seconds per call, max error against eager) of kiln in this process."""
+    from kiln.integration import backend
+    torch._dynamo.reset()
+    counting = Counting(functools.partial(backend, options={"fallback": False}))
+    compiled = torch.compile(fn, backend=counting)
+    got = compiled(*args)
+    if counting.calls == 0:
+        raise RuntimeError("Dynamo never called kiln")
+    gots, wants = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    error = max(float((g.float() - w.float()).abs().max()) for g, w in zip(gots, wants))
+    return bench(lambda: compiled(*args)), error
+
+
+def worker(width: int, dtype_name: str, elements: int) -> None:
+    """Run in a subprocess with another checkout's sources first on sys.path: kiln times only."""
+    results = {}
+    for name, fn, args in cases(width, DTYPES[dtype_name], elements):
+        results[name] = kiln_seconds(fn, args, fn(*args))[0]
+    print("RESULT " + json.dumps(results))
+
+
+def other_kiln(path: str, width: int, dtype_name: str, elements: int) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": path + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, __file__, "--worker", str(width), dtype_name, str(elements)],
+                          env=env, capture_output=True, text=True, timeout=900)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line.removeprefix("RESULT "))
+    print(done.stdout[-2000:], done.stderr[-3000:], file=sys.stderr)
+    return {}
+
+
+def measure_row(name, fn, args, width: int, dtype_name: str, bandwidth: float, others: list[float]) -> str:
+    """One table row: eager, Inductor, kiln (and other kiln checkouts' times) as % of copy."""
+    want = fn(*args)
+    nbytes = moved_bytes(fn, args)
+    eager = bench(lambda: fn(*args))
+    torch._dynamo.reset()
+    inductor_fn = torch.compile(fn)
+    inductor_fn(*args)
+    inductor = bench(lambda: inductor_fn(*args))
+    try:
+        kiln, error = kiln_seconds(fn, args, want)
+    except Exception as exc:  # noqa: BLE001 - a failing row is reported, the table goes on
+        kiln, error = float("nan"), float("nan")
+        print(f"kiln failed on {name} {width} {dtype_name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    def pct(seconds: float) -> str:
+        return f"{100 * nbytes / seconds / bandwidth:.1f}" if seconds == seconds and seconds else "-"
+    row = [name, str(width), dtype_name, pct(eager), pct(inductor), pct(kiln), *map(pct, others),
+           f"{inductor / kiln:.2f}x", f"{error:.1e}"]
+    return "| " + " | ".join(row) + " |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--widths", nargs="+", type=int, default=[1024, 4096, 16384])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=list(DTYPES))
+    parser.add_argument("--elements", type=int, default=1 << 26)
+    parser.add_argument("--workloads", nargs="+", help="only these workload names")
+    parser.add_argument("--kiln-paths", nargs="*", default=[], metavar="NAME=PATH")
+    parser.add_argument("--out")
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    if args.worker:
+        worker(int(args.worker[0]), args.worker[1], int(args.worker[2]))
+        return
+    others = dict(item.split("=", 1) for item in args.kiln_paths)
+    bandwidth = copy_bandwidth()
+    head = (["workload", "width", "dtype", "eager %", "Inductor %", "kiln %"] + [f"kiln[{n}] %" for n in others]
+            + ["kiln/Inductor", "kiln err"])
+    lines = [f"{torch.cuda.get_device_name()}, copy {bandwidth / 1e9:.0f} GB/s; % = bytes moved / time / copy bandwidth",
+             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    print("\n".join(lines), flush=True)
+    for dtype_name in args.dtypes:
+        for width in args.widths:
+            extra = {name: other_kiln(path, width, dtype_name, args.elements) for name, path in others.items()}
+            for name, fn, fargs in cases(width, DTYPES[dtype_name], args.elements):
+                if args.workloads and name not in args.workloads:
+                    continue
+                lines.append(measure_row(name, fn, fargs, width, dtype_name, bandwidth,
+                                         [extra[n].get(name, float("nan")) for n in others]))
+                print(lines[-1], flush=True)
+                if args.out:
+                    with open(args.out, "w") as f:
+                        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
