@@ -74,6 +74,9 @@ def test_without_sync_checks_a_failed_check_asserts_asynchronously(tmp_path):
                                            r"buffer buf\d+ .*out of bounds.*sync_checks=True"):
         module(x, bad)
     torch.testing.assert_close(module(x, i), torch.index_select(x, 0, i))
+    kernel.checks *= 20  # many checks: the message stays within torch._assert_async's 254 characters on CUDA
+    del kernel.__dict__["_async_message"]
+    assert len(kernel._async_message) <= 254 and kernel._async_message.endswith("for eager's exception")
 
 
 @pytest.mark.skipif(not ON_GPU, reason="device-side asserts and host synchronization exist on a GPU only")

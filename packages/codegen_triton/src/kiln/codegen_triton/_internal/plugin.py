@@ -34,5 +34,6 @@ CODEGEN = Codegen(
     name="cuda", devices=("cuda",), compile=compile, make_options=options_from,
     # Row temporaries are recomputed in each loop that loads them. On an H200, cuBLAS runs
     # BERT's plain mm faster than its addmm: linears become mm + a bias add in the next kernel.
-    capabilities=Capabilities(row_fusion=True, row_temporaries=True, bias_epilogues=True),
+    # GPUs are memory-bound: cheap values several users read are recomputed, not stored.
+    capabilities=Capabilities(row_fusion=True, row_temporaries=True, bias_epilogues=True, recompute_cheap=True),
     errors=(TritonCodegenError,), artifacts_key="kiln_triton", source_suffix=".py", check_device=check_device)

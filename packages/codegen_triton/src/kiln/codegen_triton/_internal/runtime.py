@@ -152,10 +152,13 @@ class TritonKernel:
 
     @functools.cached_property
     def _async_message(self) -> str:
+        """At most 254 characters: torch._assert_async's limit on CUDA."""
         checks = "; ".join(dict.fromkeys(f"{c.error.__name__}: {c.message.format(size='its size')}"
                                          for c in self.checks))
-        return (f"kiln: a run-time check of Triton kernel {self.__name__} failed ({checks}); rerun with "
-                "sync_checks=True (kiln: KILN_SYNC_CHECKS=1 or CUDA_LAUNCH_BLOCKING=1) for eager's exception")
+        head = f"kiln: a run-time check of Triton kernel {self.__name__} failed ("
+        tail = "); rerun with sync_checks=True (KILN_SYNC_CHECKS=1) for eager's exception"
+        room = 254 - len(head) - len(tail)
+        return head + (checks if len(checks) <= room else checks[:room - 3] + "...") + tail
 
     def _new_plan(self, size_args: tuple) -> _Plan:
         sizes = tuple(int(s) for s in size_args)

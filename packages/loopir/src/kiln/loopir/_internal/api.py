@@ -34,12 +34,18 @@ class LowerOptions:
         rounded once, where they are stored (Inductor's semantics: usually closer to a float64
         reference than eager). True rounds each ATen op's low-precision result as eager does,
         for results bit-closer to eager's; reductions accumulate in float32 either way.
+    recompute_cheap: a value read by several users is computed again by each user when its
+        body is cheap (a couple of loads and a few ops, nothing random or indirect), instead of
+        stored once (`lower.recomputed_on_reuse`): fewer bytes move, more math runs; for
+        memory-bound targets (codegen_triton: a bfloat16 -> float32 cast read by a log
+        softmax's three loops was a float32 copy written once and read three times).
     """
 
     lowerings: Lowerings | None = None
     fuse_rows: bool = True
     row_temporaries: bool = False
     round_low_precision: bool = False
+    recompute_cheap: bool = False
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -50,7 +56,7 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     line) that cannot be lowered.
     """
     options = dataclasses.replace(options or LowerOptions(), **overrides)
-    lowered = lower_graph(gm, options.lowerings, options.round_low_precision)
+    lowered = lower_graph(gm, options.lowerings, options.round_low_precision, options.recompute_cheap)
     plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
     kg = build_kernel_graph(gm, lowered, plan)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),

@@ -19,7 +19,9 @@ import torch
 import torch.fx as fx
 
 from . import philox
+from .body import record
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
+from .ops import RANDOM
 from .registry import Lowerings, default_lowerings
 from .sizes import Expr, compute_dtype, contiguous_strides, same_exprs, to_expr, to_exprs
 from .values import Lazy, StridedView, Value
@@ -87,8 +89,9 @@ class LoweredGraph:
 class LoweringContext:
     """State of one lowering walk; lowering functions use it to realize values and add steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, recompute_cheap: bool = False) -> None:
         self.steps: list[Step] = []
+        self.recompute_cheap = recompute_cheap  # see LowerOptions.recompute_cheap
         self._counter = 0
         self._seeds: dict[torch.device, StridedView] = {}
         self._random_ops = 0
@@ -181,12 +184,13 @@ def node_location(node: fx.Node) -> str:
 
 
 def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
-                round_low_precision: bool = False) -> LoweredGraph:
+                round_low_precision: bool = False, recompute_cheap: bool = False) -> LoweredGraph:
     """Walk `gm` (functional ATen with meta["val"]) and build its loopir steps. With
     `round_low_precision`, every bfloat16/float16 result is rounded where its ATen op produces
-    it, as eager does, instead of only where it is stored."""
+    it, as eager does, instead of only where it is stored. With `recompute_cheap`, cheap values
+    of several users stay index functions (`recomputed_on_reuse`)."""
     table = lowerings if lowerings is not None else default_lowerings()
-    ctx = LoweringContext()
+    ctx = LoweringContext(recompute_cheap)
     env: dict[fx.Node, Any] = {}
     inputs: list[GraphInput] = []
     outputs: tuple[Any, ...] = ()
@@ -268,9 +272,29 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
         raise
     except Exception as exc:
         raise LoweringError(f"lowering failed for {node_location(node)}: {exc}") from exc
-    if isinstance(result, Lazy) and len(node.users) > 1:
+    if isinstance(result, Lazy) and len(node.users) > 1 and not (ctx.recompute_cheap and recomputed_on_reuse(result)):
         result = ctx.realize(result, node.meta.get("val"))
     return result
+
+
+# A value read by several users is stored once and loaded by each, unless it is this cheap: at
+# most this many loads and other ops, none of them random or indirect. Then each user computes
+# it again, which moves fewer bytes: a cast of a bfloat16 tensor to float32 read by the three
+# loops of a log-softmax was a float32 copy written once and read three times.
+_CHEAP_LOADS, _CHEAP_OPS = 3, 6
+_NEVER_RECOMPUTED = frozenset({"indirect_indexing", *RANDOM})
+
+
+def recomputed_on_reuse(value: Lazy) -> bool:
+    """Whether `value` (a lowered node with several users) stays an index function that each
+    user evaluates, instead of a buffer (see `_CHEAP_LOADS`)."""
+    try:
+        instrs = record(value.inner_fn, len(value.size)).instrs
+    except Exception:  # noqa: BLE001 - a body that does not record alone is realized, as before
+        return False
+    loads = sum(i.op == "load" for i in instrs)
+    work = sum(i.op not in ("load", "constant", "to_dtype") for i in instrs)
+    return loads <= _CHEAP_LOADS and work <= _CHEAP_OPS and not any(i.op in _NEVER_RECOMPUTED for i in instrs)
 
 
 def _rounded(value: Lazy) -> Lazy:

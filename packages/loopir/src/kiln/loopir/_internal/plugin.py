@@ -31,12 +31,15 @@ class Capabilities:
     row_temporaries: it keeps row nodes no other kernel reads itself (`Kernel.row_temporaries`).
     bias_epilogues: linears run best as `mm` plus a bias add fused into the next kernel (the
         backend's default for `KilnOptions.bias_epilogues`).
+    recompute_cheap: cheap values read by several users are computed again by each rather than
+        stored (`LowerOptions.recompute_cheap`): for memory-bound targets.
     """
 
     dtypes: frozenset[torch.dtype] = SUPPORTED_DTYPES
     row_fusion: bool = False
     row_temporaries: bool = False
     bias_epilogues: bool = False
+    recompute_cheap: bool = False
 
 
 def _no_options(settings: Mapping[str, Any]) -> None:

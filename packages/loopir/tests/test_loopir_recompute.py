@@ -1,0 +1,69 @@
+"""`LowerOptions.recompute_cheap`: cheap values read by several users are computed again by each
+user instead of stored once; anything costlier, random or indirect is still a buffer."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln.loopir import lower, verify
+
+
+def _lowered(fn, *args, recompute_cheap: bool):
+    kg = lower(make_fx(fn)(*args), recompute_cheap=recompute_cheap, row_temporaries=True)
+    verify(kg)
+    torch.testing.assert_close(kg(*args), fn(*args), atol=1e-2, rtol=1e-2)
+    return kg
+
+
+def _buffers(kg) -> dict[str, torch.dtype]:
+    return {n.name: n.spec.dtype for k in kg.kernels for n in k.nodes}
+
+
+def _log_softmax_of_upcast(logits, bias):
+    y = (logits + bias).float()  # read by the max, the sum and the output loops
+    z = y - y.amax(-1, keepdim=True)
+    return z - z.exp().sum(-1, keepdim=True).log()
+
+
+def test_an_upcast_read_by_a_log_softmax_is_recomputed_not_stored():
+    args = (torch.randn(6, 300, dtype=torch.bfloat16), torch.randn(300, dtype=torch.bfloat16))
+    stored = _lowered(_log_softmax_of_upcast, *args, recompute_cheap=False)
+    recomputed = _lowered(_log_softmax_of_upcast, *args, recompute_cheap=True)
+    # the float32 copy of the logits and the shifted logits (nodes over [6, 300]) are gone:
+    # only the output is computed over whole rows
+    assert sum(n.spec.size == (6, 300) for k in stored.kernels for n in k.nodes) == 3
+    assert sum(n.spec.size == (6, 300) for k in recomputed.kernels for n in k.nodes) == 1
+
+
+def test_costly_random_and_indirect_values_are_still_stored():
+    def costly(x):
+        y = torch.tanh(torch.sin(torch.exp(x) * 2 + 1) * x - 3).cos().sigmoid()  # 9 ops
+        return y.sum(-1), y * 2
+
+    def indirect(x, i):
+        y = x[i]
+        return y.sum(-1), y + 1
+
+    x = torch.randn(5, 7)
+    for fn, args in [(costly, (x,)), (indirect, (x, torch.tensor([0, 3, 3, 1])))]:
+        kg_off = _lowered(fn, *args, recompute_cheap=False)
+        kg_on = _lowered(fn, *args, recompute_cheap=True)
+        assert len(_buffers(kg_on)) == len(_buffers(kg_off)), fn.__name__
+
+    def random_mask(x):
+        keep = torch.rand_like(x) > 0.5
+        return x * keep, keep.sum()
+
+    kg = lower(make_fx(random_mask)(x), recompute_cheap=True)
+    # the mask two users read is one buffer: both see the same draw
+    assert any(n.spec.dtype == torch.bool and n.spec.size == (5, 7) for k in kg.kernels for n in k.nodes)
+
+
+def test_cheap_values_are_stored_by_default():
+    def f(x):
+        y = x * 2 + 1
+        return y.sum(-1), y.amax(-1)
+
+    x = torch.randn(4, 9)
+    assert len(_buffers(_lowered(f, x, recompute_cheap=True))) < len(_buffers(_lowered(f, x, recompute_cheap=False)))
