@@ -11,6 +11,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .boxed_inputs import FlatInputs, flatten_list_inputs, has_list_inputs
+from .compiled_autograd import rewrite_accumulate_grad
 from .options import KilnOptions
 from .pipeline import compile_graph
 from .report import GraphReport, Report
@@ -23,6 +25,10 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 def _compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
              sink: Callable[[GraphReport], None] | None) -> torch.nn.Module:
     index = next(_graph_index)
+    if has_list_inputs(example_inputs):  # compiled autograd's (inputs: list, *sizes)
+        flat_gm, flat_inputs, lists, stolen = flatten_list_inputs(gm, example_inputs)
+        rewrite_accumulate_grad(flat_gm)
+        return FlatInputs(_compile(flat_gm, flat_inputs, options, sink), lists, stolen)
     try:
         module, report = compile_graph(gm, example_inputs, options, index)
     except Exception as exc:

@@ -257,7 +257,7 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
             tangents = [_dense(grad_outputs[j]) for j in joint.tangent_outputs]
             create_graph = torch.is_grad_enabled()
             with torch.no_grad():
-                grads = tuple(runtime.backward(*ctx.saved_tensors, *ctx.kiln_sizes, *tangents))
+                grads = tuple(_backward_graph(runtime)(*ctx.saved_tensors, *ctx.kiln_sizes, *tangents))
             if create_graph:
                 grads = _no_double_backward(grads)
             result: list[object] = [None] * joint.num_primals
@@ -266,6 +266,19 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
             return tuple(result)
 
     return KilnCompiledFunction
+
+
+def _backward_graph(runtime: _Runtime) -> Callable[..., Sequence[object]]:
+    """The compiled backward, or the traced ATen backward graph while Dynamo traces this backward.
+
+    Compiled autograd hands Dynamo the whole backward pass, this function's ``backward``
+    included. Dynamo then inlines the ATen graph, so its ops join the compiled-autograd graph
+    (with DDP's gradient hooks and collectives) that the backend compiles as a whole; it never
+    traces the backward compiler itself.
+    """
+    if torch.compiler.is_compiling():
+        return runtime.partition.bw_gm
+    return runtime.backward
 
 
 def _unshare_mutated(saved: object, flat: Sequence[object], mutated: Sequence[int]) -> object:
