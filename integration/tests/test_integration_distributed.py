@@ -9,6 +9,7 @@ and on a small GPT-2.
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 
@@ -18,6 +19,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from kiln.integration import explain
+from kiln.integration._internal.boxed_inputs import FlatInputs, flatten_list_inputs
 
 # The spawned ranks import the runs by module name (pytest imports this file with importlib).
 sys.path.insert(0, os.path.dirname(__file__))
@@ -94,6 +96,27 @@ def test_compiled_autograd_with_an_eager_forward():
     (report,) = kiln.reports
     assert report.compiled_autograd and report.kernels > 0 and not report.fallback_nodes, str(report)
     assert "aten.mm.default" in report.lowered_nodes
+
+
+def test_list_inputs_are_flattened_and_other_uses_of_the_list_refused():
+    graph = torch.fx.Graph()
+    inputs, size = graph.placeholder("inputs"), graph.placeholder("size")
+    first, second = (graph.call_function(operator.getitem, (inputs, i)) for i in range(2))
+    graph.output((graph.call_function(torch.add, (first, second)), size))
+    gm = torch.fx.GraphModule({}, graph)
+    example = [[torch.randn(3), torch.randn(3)], 7]
+    flat, flat_inputs, lists, stolen = flatten_list_inputs(gm, example)
+    assert [n.name for n in flat.graph.nodes if n.op == "placeholder"] == ["inputs_0", "inputs_1", "size"]
+    assert len(flat_inputs) == 3 and lists == (0,) and stolen == ()
+    assert [n.name for n in gm.graph.nodes if n.op == "placeholder"] == ["inputs", "size"]  # Dynamo's graph stays
+    args = [list(example[0]), 7]
+    torch.testing.assert_close(FlatInputs(flat, lists, (0,))(*args)[0], example[0][0] + example[0][1])
+    assert args[0] == []  # a stolen list is cleared once flattened
+
+    with graph.inserting_before(next(n for n in graph.nodes if n.op == "output")):
+        graph.call_function(print, (inputs,))
+    with pytest.raises(NotImplementedError, match="only indexing it"):
+        flatten_list_inputs(torch.fx.GraphModule({}, graph), example)
 
 
 def test_python_reducer_puts_collectives_in_kilns_backward_graph():
