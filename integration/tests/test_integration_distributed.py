@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from kiln.integration import explain
+from kiln.integration import KilnOptions, explain
+from kiln.integration._internal.backend import _compile
 from kiln.integration._internal.boxed_inputs import FlatInputs, flatten_list_inputs
 
 # The spawned ranks import the runs by module name (pytest imports this file with importlib).
@@ -115,8 +116,12 @@ def test_list_inputs_are_flattened_and_other_uses_of_the_list_refused():
 
     with graph.inserting_before(next(n for n in graph.nodes if n.op == "output")):
         graph.call_function(print, (inputs,))
+    refused = torch.fx.GraphModule({}, graph)
     with pytest.raises(NotImplementedError, match="only indexing it"):
-        flatten_list_inputs(torch.fx.GraphModule({}, graph), example)
+        flatten_list_inputs(refused, example)
+    reports = []  # with the default fallback, the graph runs as Dynamo captured it, and says so
+    assert _compile(refused, example, KilnOptions.create({}), reports.append) is refused
+    assert not reports[0].compiled and "only indexing it" in reports[0].reason
 
 
 def test_python_reducer_puts_collectives_in_kilns_backward_graph():

@@ -26,7 +26,10 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 def _compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
              sink: Callable[[GraphReport], None] | None, compiled_autograd: bool = False) -> torch.nn.Module:
     if has_list_inputs(example_inputs):  # compiled autograd's (inputs: list, *sizes)
-        flat_gm, flat_inputs, lists, stolen = flatten_list_inputs(gm, example_inputs)
+        try:
+            flat_gm, flat_inputs, lists, stolen = flatten_list_inputs(gm, example_inputs)
+        except NotImplementedError as exc:
+            return _run_eagerly(gm, exc, next(_graph_index), options, sink, compiled_autograd=True)
         rewrite_accumulate_grad(flat_gm)
         return FlatInputs(_compile(flat_gm, flat_inputs, options, sink, compiled_autograd=True), lists, stolen)
     index = next(_graph_index)
@@ -34,16 +37,22 @@ def _compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOpt
         module, report = compile_graph(gm, example_inputs, options, index, on_backward=sink,
                                        compiled_autograd=compiled_autograd)
     except Exception as exc:
-        if not options.fallback:
-            raise
-        # Keep the user's program running, loudly: the graph runs as Dynamo captured it.
-        reason = f"kiln failed: {type(exc).__name__}: {exc}"
-        log.warning("kiln: graph %d runs eagerly because %s\n%s", index, reason, traceback.format_exc())
-        module, report = gm, GraphReport(index, False, reason, (), (), 0, 0, "", (),
-                                     compiled_autograd=compiled_autograd)
+        return _run_eagerly(gm, exc, index, options, sink, compiled_autograd)
     if sink is not None:
         sink(report)
     return module
+
+
+def _run_eagerly(gm: fx.GraphModule, exc: Exception, index: int, options: KilnOptions,
+                 sink: Callable[[GraphReport], None] | None, compiled_autograd: bool) -> torch.nn.Module:
+    """Keep the user's program running, loudly: the graph runs as Dynamo captured it."""
+    if not options.fallback:
+        raise exc
+    reason = f"kiln failed: {type(exc).__name__}: {exc}"
+    log.warning("kiln: graph %d runs eagerly because %s\n%s", index, reason, traceback.format_exc())
+    if sink is not None:
+        sink(GraphReport(index, False, reason, (), (), 0, 0, "", (), compiled_autograd=compiled_autograd))
+    return gm
 
 
 def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | None = None,

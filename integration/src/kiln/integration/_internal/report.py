@@ -33,7 +33,7 @@ class GraphReport:
     source: str  # generated code of every kernel of this graph
     stage_seconds: tuple[tuple[str, float], ...]
     location: str | None = None  # the user source the graph came from
-    training: bool = False  # forward of a training graph (its backward compiles on first backward)
+    training: bool = False  # a training graph: its forward, or its backward when `backward`
     fusions: tuple[Any, ...] = ()  # loopir's FusionDecision records of every region, in order
     backward: bool = False  # the backward of a training graph, compiled on its first backward call
     compiled_autograd: bool = False  # a whole backward pass handed over by compiled autograd
