@@ -54,6 +54,16 @@ def _install_for_tests(session: nox.Session) -> None:
 
 
 @nox.session
+def distributed(session: nox.Session) -> None:
+    """DDP, FSDP2 per-block compile, compiled autograd and DDP's python_reducer through kiln: two
+    CPU processes over gloo, an MLP and a small GPT-2, each against the same training uncompiled."""
+    _install_for_tests(session)  # integration's test extras bring transformers
+    session.run("pytest", "-p", "no:cacheprovider",
+                str(ROOT / "integration" / "tests" / "test_integration_distributed.py"),
+                *session.posargs, env={"KILN_DISTRIBUTED": "1"})
+
+
+@nox.session
 def op_table(session: nox.Session) -> None:
     """The ops x dtypes x {reference, C++, Triton} table on every OpInfo sample (CI runs a subset)."""
     _install_for_tests(session)

@@ -290,3 +290,13 @@ def test_bodies_of_higher_order_ops_are_decomposed():
         assert aten.gelu.default not in opset(body) and aten._softmax.default not in opset(body)
     for sample in (x.abs(), -x.abs()):
         torch.testing.assert_close(out(sample), _Branchy()(sample))
+
+
+def test_an_unused_collective_is_kept():
+    def fn(x):
+        torch.ops._c10d_functional.all_reduce(x, "sum", "0")  # every rank issues it, used or not
+        return torch.nn.functional.gelu(x)
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(4))
+    out = decompose(gm, loop_level())
+    assert torch.ops._c10d_functional.all_reduce.default in opset(out)

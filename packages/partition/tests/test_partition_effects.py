@@ -157,3 +157,29 @@ def test_verify_rejects_a_region_that_is_not_a_graph_module():
     out.kiln_region_0 = torch.nn.ReLU()
     with pytest.raises(PartitionVerificationError, match="kiln_region_0.*not a GraphModule"):
         verify(out)
+
+
+def collectives_program(a, b):
+    c10d = torch.ops._c10d_functional
+    x = a.relu() * 2
+    first = c10d.all_reduce(x, "sum", "0")
+    y = b.exp()
+    second = c10d.all_reduce(y, "sum", "0")
+    waited, waited_2 = c10d.wait_tensor(first), c10d.wait_tensor(second)
+    c10d.all_reduce(y, "sum", "0")  # unused: every rank still issues it
+    return waited.sin() + y.cos(), waited_2 + 1
+
+
+def test_collectives_stay_out_of_regions_in_graph_order():
+    gm = make_fx(collectives_program, tracing_mode="fake")(torch.randn(4), torch.randn(4))
+    out = partition(gm, EVERYTHING)
+    verify(out)
+    collectives = [n for n in out.graph.nodes if n.op == "call_function" and "_c10d_functional" in str(n.target)]
+    original = [n.name for n in gm.graph.nodes if n.op == "call_function" and "_c10d_functional" in str(n.target)]
+    assert [n.name for n in collectives] == original  # none dropped, none moved past another
+    assert not region_nodes(out) & set(original)
+    position = {n: i for i, n in enumerate(out.graph.nodes)}
+    for wait in (n for n in collectives if "wait_tensor" in str(n.target)):
+        assert all(position[wait] < position[user] for user in wait.users)
+    report = out.meta["kiln_partition"]
+    assert "collective" in str(report)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import itertools
 import logging
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
 
+from .boxed_inputs import FlatInputs, flatten_list_inputs, has_list_inputs
+from .compiled_autograd import rewrite_accumulate_grad
 from .options import KilnOptions
 from .pipeline import compile_graph
 from .report import GraphReport, Report
@@ -21,20 +24,35 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 
 
 def _compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
-             sink: Callable[[GraphReport], None] | None) -> torch.nn.Module:
+             sink: Callable[[GraphReport], None] | None, compiled_autograd: bool = False) -> torch.nn.Module:
+    if has_list_inputs(example_inputs):  # compiled autograd's (inputs: list, *sizes)
+        try:
+            flat_gm, flat_inputs, lists, stolen = flatten_list_inputs(gm, example_inputs)
+        except NotImplementedError as exc:
+            return _run_eagerly(gm, exc, next(_graph_index), options, sink, compiled_autograd=True)
+        rewrite_accumulate_grad(flat_gm)
+        return FlatInputs(_compile(flat_gm, flat_inputs, options, sink, compiled_autograd=True), lists, stolen)
     index = next(_graph_index)
     try:
-        module, report = compile_graph(gm, example_inputs, options, index)
+        module, report = compile_graph(gm, example_inputs, options, index, on_backward=sink,
+                                       compiled_autograd=compiled_autograd)
     except Exception as exc:
-        if not options.fallback:
-            raise
-        # Keep the user's program running, loudly: the graph runs as Dynamo captured it.
-        reason = f"kiln failed: {type(exc).__name__}: {exc}"
-        log.warning("kiln: graph %d runs eagerly because %s\n%s", index, reason, traceback.format_exc())
-        module, report = gm, GraphReport(index, False, reason, (), (), 0, 0, "", ())
+        return _run_eagerly(gm, exc, index, options, sink, compiled_autograd)
     if sink is not None:
         sink(report)
     return module
+
+
+def _run_eagerly(gm: fx.GraphModule, exc: Exception, index: int, options: KilnOptions,
+                 sink: Callable[[GraphReport], None] | None, compiled_autograd: bool) -> torch.nn.Module:
+    """Keep the user's program running, loudly: the graph runs as Dynamo captured it."""
+    if not options.fallback:
+        raise exc
+    reason = f"kiln failed: {type(exc).__name__}: {exc}"
+    log.warning("kiln: graph %d runs eagerly because %s\n%s", index, reason, traceback.format_exc())
+    if sink is not None:
+        sink(GraphReport(index, False, reason, (), (), 0, 0, "", (), compiled_autograd=compiled_autograd))
+    return gm
 
 
 def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | None = None,
@@ -66,4 +84,13 @@ def explain(fn: Callable[..., Any], *args: Any, options: dict[str, Any] | KilnOp
         torch.compile(fn, backend=recording_backend)(*args, **kwargs)
     finally:
         torch._dynamo.reset()
+    if not reports:
+        warnings.warn(NO_GRAPH_WARNING, stacklevel=2)
     return Report(tuple(reports))
+
+
+NO_GRAPH_WARNING = (
+    "kiln: Dynamo handed kiln no graph, so nothing was compiled: every frame ran eagerly. Dynamo "
+    "skips frames of torch's own code, e.g. the forward of a bare nn.Sequential inside "
+    "DistributedDataParallel; give the model a forward of your own (or compile its blocks), and "
+    "see TORCH_LOGS=graph_breaks,+dynamo for why frames were skipped.")

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import operator
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -47,9 +47,14 @@ def is_training(example_inputs: Sequence[Any]) -> bool:
         isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
-                  index: int) -> tuple[torch.nn.Module, GraphReport]:
-    """Compile one Dynamo graph; returns the module to run and what happened."""
+def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions, index: int,
+                  on_backward: Callable[[GraphReport], None] | None = None, compiled_autograd: bool = False
+                  ) -> tuple[torch.nn.Module, GraphReport]:
+    """Compile one Dynamo graph; returns the module to run and what happened.
+
+    ``on_backward`` receives the report of a training graph's backward when it compiles (on the
+    first backward call); ``compiled_autograd`` marks a backward pass compiled autograd handed over.
+    """
     dump = DebugDump(options.debug_dir)
     stages = _Stages()
     check = options.verify or dump.enabled
@@ -61,7 +66,14 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
             capture.verify(gm)
     codegen = codegens.select(codegens.device_type(example_inputs), options)
     if is_training(example_inputs):
-        module, compiled = _compile_training(gm, example_inputs, options, codegen, dump, stages, check)
+        def backward_report(results: _RegionResults, backward_stages: _Stages) -> None:
+            report = _report(index, results, backward_stages, location, training=True, backward=True)
+            log.info("kiln: %s", report)
+            if on_backward is not None:
+                on_backward(report)
+
+        module, compiled = _compile_training(gm, example_inputs, options, codegen, dump, stages, check,
+                                             backward_report)
     else:
         with stages.stage("autograd_trace"):
             aten = autograd_trace.trace_inference(gm, example_inputs)
@@ -69,18 +81,25 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
             if check:
                 autograd_trace.verify(aten)
         module, compiled = compile_aten(aten, options, codegen, dump, stages, check)
-    report = GraphReport(
-        index=index, compiled=True, reason=None,
-        lowered_nodes=compiled.lowered, fallback_nodes=compiled.fallbacks,
-        kernels=compiled.kernels, externs=compiled.externs, source=compiled.source, fusions=compiled.fusions,
-        stage_seconds=tuple(stages.seconds), location=location, training=is_training(example_inputs))
+    report = _report(index, compiled, stages, location, training=is_training(example_inputs),
+                     compiled_autograd=compiled_autograd)
     dump.write("report", str(report))
     log.info("kiln: %s", report)
     return module, report
 
 
+def _report(index: int, compiled: _RegionResults, stages: _Stages, location: str | None, **kind: bool
+            ) -> GraphReport:
+    return GraphReport(
+        index=index, compiled=True, reason=None,
+        lowered_nodes=compiled.lowered, fallback_nodes=compiled.fallbacks,
+        kernels=compiled.kernels, externs=compiled.externs, source=compiled.source, fusions=compiled.fusions,
+        stage_seconds=tuple(stages.seconds), location=location, collectives=compiled.collectives, **kind)
+
+
 def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
-                      codegen: codegens.Selected, dump: DebugDump, stages: _Stages, check: bool
+                      codegen: codegens.Selected, dump: DebugDump, stages: _Stages, check: bool,
+                      on_backward: Callable[[_RegionResults, _Stages], None]
                       ) -> tuple[torch.nn.Module, _RegionResults]:
     """Joint forward+backward trace, partitioned; each half compiled by the inference pipeline.
 
@@ -96,7 +115,7 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
             if label == "forward":
                 forward.merge(results)
             else:
-                log.info("kiln: %s graph: %d kernels, %d fallbacks", label, results.kernels, len(results.fallbacks))
+                on_backward(results, half_stages)
             return module
         return compile_half
 
@@ -130,6 +149,7 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
             partition.verify(parted)
     results = _compile_regions(parted, codegen, dump, stages, check, options, prefix)
     results.fallbacks += _outside_nodes(parted, codegen, options, dtypes, lowered_ops)
+    results.collectives += tuple(str(n.target) for n in parted.graph.nodes if partition.is_collective(n))
     return inline_regions(parted), results
 
 
@@ -141,6 +161,7 @@ class _RegionResults:
         self.externs = 0
         self.fusions: tuple = ()
         self.source = ""
+        self.collectives: tuple[str, ...] = ()
 
     def merge(self, other: _RegionResults) -> None:
         self.lowered += other.lowered
@@ -148,6 +169,7 @@ class _RegionResults:
         self.kernels += other.kernels
         self.externs += other.externs
         self.fusions += other.fusions
+        self.collectives += other.collectives
         self.source = "\n".join(s for s in (self.source, other.source) if s)
 
 
@@ -201,7 +223,8 @@ def _outside_nodes(parted: fx.GraphModule, codegen: codegens.Selected, options: 
                   dtypes: frozenset[torch.dtype], lowered_ops: Any) -> tuple[FallbackNode, ...]:
     """Tensor-producing ATen nodes the partitioner left outside every region, with why.
 
-    Size arithmetic (sym_size, operator.*) also stays outside but computes no tensor data. A
+    Size arithmetic (sym_size, operator.*) also stays outside but computes no tensor data, and
+    collectives run on the communicator between regions by design (`GraphReport.collectives`). A
     node of an op loopir lowers that stays out only for a dtype its codegen lacks says so; with
     ``fallback=False`` that raises, naming the dtype, the codegen and the node.
     """
@@ -209,8 +232,8 @@ def _outside_nodes(parted: fx.GraphModule, codegen: codegens.Selected, options: 
     reasons = {u.name: u.reason for u in getattr(report, "outside", getattr(report, "unsupported", ()))}
     fallbacks = []
     for node in parted.graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
+        if node.op != "call_function" or node.target is operator.getitem or partition.is_collective(node):
+            continue  # collectives are no fallback: they run on the communicator by design
         if not _produces_tensor(node.meta.get("val")):
             continue
         reason = reasons.get(node.name, "not supported by loopir")

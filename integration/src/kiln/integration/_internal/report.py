@@ -33,18 +33,29 @@ class GraphReport:
     source: str  # generated code of every kernel of this graph
     stage_seconds: tuple[tuple[str, float], ...]
     location: str | None = None  # the user source the graph came from
-    training: bool = False  # forward of a training graph (its backward compiles on first backward)
+    training: bool = False  # a training graph: its forward, or its backward when `backward`
     fusions: tuple[Any, ...] = ()  # loopir's FusionDecision records of every region, in order
+    backward: bool = False  # the backward of a training graph, compiled on its first backward call
+    compiled_autograd: bool = False  # a whole backward pass handed over by compiled autograd
+    collectives: tuple[str, ...] = ()  # collective ops, run as ATen calls between regions in order
 
     def __str__(self) -> str:
         head = f"graph {self.index}" + (f" ({self.location})" if self.location else "")
         if not self.compiled:
             return f"{head}: ran eagerly: {self.reason}"
-        if self.training:
+        if self.backward:
+            head += " [training: backward]"
+        elif self.training:
             head += " [training: forward shown, backward compiled on first backward]"
+        if self.compiled_autograd:
+            head += " [compiled autograd: backward pass]"
         lines = [f"{head}: {self.kernels} kernels, {self.externs} extern calls, "
                  f"{len(self.lowered_nodes)} ATen nodes lowered, {len(self.fallback_nodes)} fell back to eager"]
         lines += [f"  fallback: {f}" for f in self.fallback_nodes]
+        if self.collectives:
+            counts = collections.Counter(op.split(".")[1] for op in self.collectives)
+            lines.append("  collectives (ATen calls between regions, in graph order): "
+                         + ", ".join(f"{n} {name}" for name, n in counts.items()))
         if self.fusions:
             kinds = collections.Counter((d.fused, d.kind) for d in self.fusions)
             lines.append("  fusion: " + ", ".join(f"{n} {'fused' if fused else 'new kernel'} ({kind})"

@@ -11,6 +11,7 @@ tests a replacement against its pattern on random inputs.
 """
 
 from ._internal.check import ReplacementCheck, check_replacement
+from ._internal.effects import is_collective
 from ._internal.matcher import Match
 from ._internal.partitioner import partition
 from ._internal.pattern import Pattern
@@ -34,6 +35,7 @@ __all__ = [
     "ReplacementCheck",
     "Supported",
     "check_replacement",
+    "is_collective",
     "match",
     "partition",
     "replace",

@@ -15,6 +15,7 @@ Three steps, all on fake tensors:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -247,7 +248,18 @@ def _input_grads(
             )
     if not differentiable or not wrt:
         return [None] * len(wrt)
-    return list(torch.autograd.grad(differentiable, wrt, cotangents, allow_unused=True))
+    with _eager_autograd_engine():
+        return list(torch.autograd.grad(differentiable, wrt, cotangents, allow_unused=True))
+
+
+def _eager_autograd_engine() -> contextlib.AbstractContextManager[None]:
+    """The backward is traced by the ordinary autograd engine, even inside a compiled-autograd
+    region (a forward compiled while ``compiled_autograd._enable`` is active): compiled
+    autograd would capture the fake saved tensors of this trace as constants of its own graph."""
+    compiled_autograd = getattr(torch._dynamo, "compiled_autograd", None)
+    if compiled_autograd is None or not getattr(compiled_autograd, "compiled_autograd_enabled", False):
+        return contextlib.nullcontext()
+    return compiled_autograd._disable()
 
 
 def _functionalize(

@@ -95,8 +95,13 @@ def is_input_writeback(node: torch.fx.Node) -> bool:
     )
 
 
+# torch.distributed's functional collectives: every rank issues them, used or not.
+COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d"})
+
+
 def is_removable_if_unused(node: torch.fx.Node) -> bool:
-    """Dropping the unused node changes nothing: no writes, no RNG use, no asserts."""
+    """Dropping the unused node changes nothing: no writes, no RNG use, no asserts, no
+    collectives."""
     if node.op == "get_attr":
         return True
     if node.op != "call_function":
@@ -106,7 +111,7 @@ def is_removable_if_unused(node: torch.fx.Node) -> bool:
         return True
     if not is_op_overload(target):
         return False
-    if is_mutating(target) or not target._schema.returns:
+    if is_mutating(target) or not target._schema.returns or target.namespace in COLLECTIVE_NAMESPACES:
         return False
     return torch.Tag.nondeterministic_seeded not in target.tags
 

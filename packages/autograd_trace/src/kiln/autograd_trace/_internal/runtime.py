@@ -106,6 +106,7 @@ class _Runtime:
         self.bw_compiler = bw_compiler
         self.traced_primals = [p.meta.get(VAL) for p in joint.primals]
         self.forward = _compile(fw_compiler, partition.fw_gm, "forward")
+        self.traceable_backward = _views_as_reshapes(partition.bw_gm)
         self.function = _make_function(self)
 
     @functools.cached_property
@@ -257,7 +258,7 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
             tangents = [_dense(grad_outputs[j]) for j in joint.tangent_outputs]
             create_graph = torch.is_grad_enabled()
             with torch.no_grad():
-                grads = tuple(runtime.backward(*ctx.saved_tensors, *ctx.kiln_sizes, *tangents))
+                grads = tuple(_backward_graph(runtime)(*ctx.saved_tensors, *ctx.kiln_sizes, *tangents))
             if create_graph:
                 grads = _no_double_backward(grads)
             result: list[object] = [None] * joint.num_primals
@@ -266,6 +267,35 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
             return tuple(result)
 
     return KilnCompiledFunction
+
+
+def _backward_graph(runtime: _Runtime) -> Callable[..., Sequence[object]]:
+    """The compiled backward, or the traced ATen backward graph while Dynamo traces this backward.
+
+    Compiled autograd hands Dynamo the whole backward pass, this function's ``backward``
+    included. Dynamo then inlines the ATen graph (views as reshapes), so its ops join the compiled-autograd graph
+    (with DDP's gradient hooks and collectives) that the backend compiles as a whole; it never
+    traces the backward compiler itself.
+    """
+    if torch.compiler.is_compiling():
+        return runtime.traceable_backward
+    return runtime.backward
+
+
+def _views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` with ``aten.view`` as ``aten.reshape``, for Dynamo to inline.
+
+    The backward graph was traced with fake saved tensors whose strides are those of the
+    forward's trace; the real ones come from the compiled forward (generated kernels, eager
+    fallbacks) and may differ, so a view the trace allowed may need a copy. ``reshape`` is that
+    view wherever the strides allow it.
+    """
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+    return torch.fx.GraphModule(gm, graph)
 
 
 def _unshare_mutated(saved: object, flat: Sequence[object], mutated: Sequence[int]) -> object:

@@ -4,7 +4,8 @@ torch's decompositions sometimes build values they do not use (an ``empty`` rese
 tensor in batch norm, ``new_zeros`` placeholders for unused outputs). Those would make
 ``check_opset`` fail for ops nobody computes, so they are removed. Only nodes that are
 safe to drop go: no mutation in their schema, no random-number consumption (dropping an
-unused ``rand`` would change the random stream of the ops after it).
+unused ``rand`` would change the random stream of the ops after it), no collective (every
+rank must issue the same collectives).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from .node_kinds import is_symbolic_scalar_op
 
 log = logging.getLogger(__name__)
 
+# torch.distributed's functional collectives: every rank issues them, used or not.
+COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d"})
+
 
 def _removable(node: fx.Node) -> bool:
     if node.op != "call_function" or node.users:
@@ -29,7 +33,9 @@ def _removable(node: fx.Node) -> bool:
         return True
     if isinstance(target, OpOverload):
         return (
-            not target._schema.is_mutable and torch.Tag.nondeterministic_seeded not in target.tags
+            not target._schema.is_mutable
+            and torch.Tag.nondeterministic_seeded not in target.tags
+            and target.namespace not in COLLECTIVE_NAMESPACES
         )
     # symbolic-size arithmetic (operator.mul on SymInts, torch.sym_max, ...) is pure
     return is_symbolic_scalar_op(node)

@@ -1,8 +1,13 @@
-"""What a node does besides computing its value: input mutation, side effects, randomness.
+"""What a node does besides computing its value: input mutation, side effects, randomness,
+communication.
 
 These facts constrain the partitioner independently of any capability predicate:
 a node that mutates an input never goes in a region, side-effectful nodes keep their place
-relative to every other call, and random nodes keep their order among themselves.
+relative to every other call, random nodes keep their order among themselves, and collectives
+(``_c10d_functional.all_reduce``, ``wait_tensor``, ...) never go in a region and keep their
+order among themselves: every rank must issue them in the same order, and a ``wait_tensor``
+stays after its collective and before every use of its result (data edges see to that).
+Compute that does not depend on a collective may still move across it.
 """
 
 from __future__ import annotations
@@ -121,6 +126,19 @@ def is_random(node: fx.Node) -> bool:
     return _is_impure(node, impure_random=True) and not _is_impure(node, impure_random=False)
 
 
+# torch.distributed's functional collectives (and their autograd variants): ops that return
+# new tensors, so nothing else marks them as effects, but that run on a communicator.
+COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d"})
+
+
+def is_collective(node: fx.Node) -> bool:
+    """True for calls of a collective op (all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
+    wait_tensor, ...) of torch.distributed's functional collectives."""
+    target = node.target
+    return node.op == "call_function" and isinstance(target, (OpOverload, OpOverloadPacket)) and \
+        getattr(target, "namespace", None) in COLLECTIVE_NAMESPACES
+
+
 def is_barrier(node: fx.Node) -> bool:
     """True for call nodes that must keep their position relative to every other call node:
     input mutations and side effects (asserts, profiler ranges, ...)."""
@@ -142,6 +160,7 @@ class Effects:
     mutates: bool  # writes into one of its inputs
     barrier: bool  # must keep its place relative to every other call
     random: bool  # draws from the random number generator
+    collective: bool = False  # communicates with other ranks: out of regions, in order
 
 
 NO_EFFECTS = Effects(mutates=False, barrier=False, random=False)
@@ -162,7 +181,8 @@ def effects_of(node: fx.Node, cache: dict[Any, Effects] | None = None) -> Effect
         if found is not None:
             return found
     mutates = mutates_input(node)
-    effects = Effects(mutates, mutates or _is_barrier_besides_mutation(node), is_random(node))
+    effects = Effects(mutates, mutates or _is_barrier_besides_mutation(node), is_random(node),
+                      is_collective(node))
     if key is not None:
         cache[key] = effects
     return effects

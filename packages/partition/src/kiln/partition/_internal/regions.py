@@ -10,7 +10,8 @@ independent regions of equal depth merge horizontally. One pass, linear in the e
 
 Side effects add ordering edges that count as inputs here (and in the final scheduling): a
 barrier (input mutation, assert, ...) follows every call since the previous barrier and
-precedes every later call; random ops follow the previous random op.
+precedes every later call; random ops follow the previous random op; collectives follow the
+previous collective (and never go in a region).
 
 Why a region is not part of an earlier one is recorded while depths are assigned: the
 unsupported node that raised its depth, and whether the region also reads the earlier one
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 NOT_SUPPORTED = "not supported by predicate"
 MUTATES_INPUT = "mutates an input"
+COLLECTIVE = "collective (runs on the communicator, in graph order)"
 SPLIT_UNSUPPORTED = "unsupported node"
 SPLIT_CYCLE = "cycle avoidance"
 SPLIT_MIN_SIZE = "min_size"
@@ -104,6 +106,8 @@ def classify(
         producer = _multi_output_producer(node)
         if effects[node].mutates:
             reasons[node] = MUTATES_INPUT
+        elif effects[node].collective:
+            reasons[node] = COLLECTIVE
         elif producer is not None:
             # Unpacking a tuple belongs with the op that made the tuple.
             follows = reasons.get(producer)
@@ -139,6 +143,7 @@ def ordering_deps(
     deps: dict[fx.Node, list[fx.Node]] = defaultdict(list)
     last_barrier: fx.Node | None = None
     last_random: fx.Node | None = None
+    last_collective: fx.Node | None = None
     since_barrier: list[fx.Node] = []
     for node, effect in effects.items():
         if last_barrier is not None:
@@ -152,6 +157,10 @@ def ordering_deps(
             if last_random is not None:
                 deps[node].append(last_random)
             last_random = node
+        if effect.collective:
+            if last_collective is not None:
+                deps[node].append(last_collective)
+            last_collective = node
     return {node: tuple(preds) for node, preds in deps.items()}
 
 
