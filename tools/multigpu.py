@@ -140,6 +140,10 @@ def worker(run: str, backend_name: str, size: str, steps: int, result_path: str)
     dist.init_process_group("nccl" if cuda else "gloo")
     if run == "ca":
         torch._dynamo.config.optimize_ddp = "python_reducer"
+    # Every FSDP2 block is its own module object, guarded as such: one recompile per block, and
+    # Dynamo runs blocks past its recompile limit (8) eagerly, without a word.
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 512
     counting = None if backend_name == "eager" else CountingBackend(backend_name)
     model, optimizer, vocab, batch, seq = make_model(run, size, device, world)
     step_model = compile_model(run, model, counting)
