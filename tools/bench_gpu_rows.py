@@ -84,10 +84,11 @@ def bench(fn) -> float:
     return do_bench(fn, warmup=10, rep=50, return_mode="median") / 1e3
 
 
-def copy_bandwidth() -> float:
-    a = torch.empty(1 << 28, device="cuda", dtype=torch.float32)
+def copy_bandwidth(dtype: torch.dtype) -> float:
+    """Device-to-device copy of 1 GiB of `dtype` (16-bit elements move fewer bytes per thread)."""
+    a = torch.empty((1 << 30) // torch.empty((), dtype=dtype).element_size(), device="cuda", dtype=dtype)
     b = torch.empty_like(a)
-    return 2 * a.numel() * 4 / bench(lambda: b.copy_(a))
+    return 2 * a.numel() * a.element_size() / bench(lambda: b.copy_(a))
 
 
 class Counting:
@@ -169,10 +170,12 @@ def main() -> None:
         worker(int(args.worker[0]), args.worker[1], int(args.worker[2]))
         return
     others = dict(item.split("=", 1) for item in args.kiln_paths)
-    bandwidth = copy_bandwidth()
+    bandwidths = {name: copy_bandwidth(DTYPES[name]) for name in args.dtypes}
     head = (["workload", "width", "dtype", "eager %", "Inductor %", "kiln %"] + [f"kiln[{n}] %" for n in others]
             + ["kiln/Inductor", "kiln err"])
-    lines = [f"{torch.cuda.get_device_name()}, copy {bandwidth / 1e9:.0f} GB/s; % = bytes moved / time / copy bandwidth",
+    copies = ", ".join(f"{name} {bandwidth / 1e9:.0f} GB/s" for name, bandwidth in bandwidths.items())
+    lines = [f"{torch.cuda.get_device_name()}, copy bandwidth {copies}; % = bytes moved / time / copy bandwidth "
+             "of the row's dtype",
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     print("\n".join(lines), flush=True)
     for dtype_name in args.dtypes:
@@ -181,7 +184,7 @@ def main() -> None:
             for name, fn, fargs in cases(width, DTYPES[dtype_name], args.elements):
                 if args.workloads and name not in args.workloads:
                     continue
-                lines.append(measure_row(name, fn, fargs, width, dtype_name, bandwidth,
+                lines.append(measure_row(name, fn, fargs, width, dtype_name, bandwidths[dtype_name],
                                          [extra[n].get(name, float("nan")) for n in others]))
                 print(lines[-1], flush=True)
                 if args.out:
