@@ -52,7 +52,8 @@ class TritonOptions:
         `sync_checks=True` for the exact one; kiln's backend sets it under KILN_SYNC_CHECKS=1
         or CUDA_LAUNCH_BLOCKING=1). Waiting after every
         checked kernel stalls the host: on an H200, 53 of an AMP BERT-base training step's
-        57.5 ms were the host enqueueing work. Under Triton's interpreter checks are always synchronous (they cost nothing).
+        57.5 ms were the host enqueueing work. Under Triton's interpreter checks are always
+        synchronous (they cost nothing).
 
     Block sizes are upper bounds: each launch uses the next power of two of the work it has,
     capped by these.
