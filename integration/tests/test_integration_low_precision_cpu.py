@@ -201,3 +201,18 @@ def test_mixed_bfloat16_float32_graph_has_eagers_result_dtype(name):
     backend.assert_compiled()
     assert got.dtype == expected.dtype
     torch.testing.assert_close(got.float(), expected.float(), rtol=1.6e-2, atol=1.6e-2)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_trunc_division_truncates_the_rounded_quotient_as_eager(dtype):
+    # eager's bfloat16/float16 kernel truncates a / b rounded to the dtype (bf16(53.9) = 54 -> 54)
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(4096, generator=g) * 300).to(dtype), (torch.randn(4096, generator=g) * 3).to(dtype)
+    fn = lambda a, b: torch.div(a, b, rounding_mode="trunc")  # noqa: E731
+    backend = Recording()
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend=backend)(a, b)
+    backend.assert_compiled()
+    expected = fn(a, b)
+    assert (torch.trunc(a.float() / b.float()).to(dtype) != expected).any()  # the case this tests
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
