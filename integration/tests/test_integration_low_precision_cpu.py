@@ -173,3 +173,46 @@ def test_hugging_face_model_in_bfloat16(name):
     kiln_error = float((got.float() - expected).abs().max())
     eager_error = float((eager.float() - expected).abs().max())
     assert kiln_error <= 2 * eager_error + 2e-2, (kiln_error, eager_error)
+
+
+# -- type promotion of mixed bfloat16/float32 graphs -----------------------------------------
+
+_MIXED = {
+    "bf16_plus_fp32": lambda a, b: a + b,
+    "bf16_plus_0dim_fp32": lambda a, b: a + b.sum(),  # a 0-dim tensor does not promote
+    "bf16_times_python_float": lambda a, b: a * 2.5 - b.mean(),
+    "where_mixed": lambda a, b: torch.where(a > b, a, b),
+    "cat_mixed": lambda a, b: torch.cat([a, b], 0).softmax(-1),
+    "layer_norm_fp32_weight": lambda a, b: F.layer_norm(a, (64,), b[0], b[1]),
+    "cast_round_trips": lambda a, b: (a.float() * b).to(torch.bfloat16).float().to(torch.bfloat16) + a,
+    "div_by_int": lambda a, b: a / torch.arange(1, 65) + b.to(torch.bfloat16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MIXED))
+def test_mixed_bfloat16_float32_graph_has_eagers_result_dtype(name):
+    fn = _MIXED[name]
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 64, generator=g).to(torch.bfloat16), torch.randn(4, 64, generator=g)
+    backend = Recording()
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend=backend)(a, b)
+    expected = fn(a, b)
+    backend.assert_compiled()
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got.float(), expected.float(), rtol=1.6e-2, atol=1.6e-2)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_trunc_division_truncates_the_rounded_quotient_as_eager(dtype):
+    # eager's bfloat16/float16 kernel truncates a / b rounded to the dtype (bf16(53.9) = 54 -> 54)
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(4096, generator=g) * 300).to(dtype), (torch.randn(4096, generator=g) * 3).to(dtype)
+    fn = lambda a, b: torch.div(a, b, rounding_mode="trunc")  # noqa: E731
+    backend = Recording()
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend=backend)(a, b)
+    backend.assert_compiled()
+    expected = fn(a, b)
+    assert (torch.trunc(a.float() / b.float()).to(dtype) != expected).any()  # the case this tests
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)

@@ -6,11 +6,17 @@ outputs (random cotangents) with respect to every input requiring grad must matc
 passes when all its samples do. Ops listed in ``XFAILS`` are expected to fail (strict: one
 that passes is reported as an error).
 
+``--dtype bfloat16`` (or float16/float32) runs the ops whose OpInfo declares CPU backward
+support for that dtype, with its samples in that dtype, against eager in the same dtype
+within ``TOLERANCES`` (bfloat16: rtol = atol = 1.6e-2, about two units in the last place):
+the traced graph runs the ops torch decomposes composite ops into, each rounding to the low
+precision dtype, where eager's fused kernel may round once.
+
 Usage (from the repository root)::
 
     PYTHONPATH=packages/autograd_trace/src .venv/bin/python \\
         packages/autograd_trace/tools/opinfo_grad.py [--jobs N] [--partitioner min_cut|save_all|both]
-        [--ops NAME ...] [--json PATH]
+        [--ops NAME ...] [--json PATH] [--dtype float64|float32|bfloat16|float16] [--every N]
 
 Exit status 0 when the pass rate is at least 97% and every xfail fails; 1 otherwise.
 The default test suite runs a deterministic subset of the same check
@@ -37,6 +43,17 @@ from kiln.autograd_trace._internal.runtime import AotCompiled
 
 DTYPE = torch.float64
 PASS_RATE = 0.97
+DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+# dtype -> (rtol, atol) for torch.testing.assert_close; absent: assert_close's defaults.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+    torch.float16: (2e-3, 2e-3),
+}
 
 # op name (OpInfo ``name`` plus ``.variant`` when set) -> why aot_compile cannot match eager.
 _VALUE_BRANCH = "its Python implementation branches on tensor values, which fake tensors lack"
@@ -59,6 +76,27 @@ XFAILS: dict[str, str] = {
 if torch.__version__ < "2.13":  # torch 2.11's quantile validates q with aten.equal (2.13 does not)
     XFAILS["quantile"] = XFAILS["nanquantile"] = _VALUE_BRANCH + " (aten.equal, torch < 2.13)"
 
+# Expected failures of the low precision runs only (besides XFAILS): the traced graph rounds
+# where eager does not, more than TOLERANCES allows. Not bugs of the trace: both sides are eager
+# ATen kernels, one composite op against the ops torch decomposes it into.
+_ROUNDED_PER_OP = (
+    "decomposed into ATen ops that each round to bfloat16, where eager's fused kernel rounds once"
+)
+LOW_PRECISION_XFAILS: dict[torch.dtype, dict[str, str]] = {
+    torch.bfloat16: {
+        "nn.functional.binary_cross_entropy_with_logits": _ROUNDED_PER_OP
+        + " (sample 10, weight -4.3: 0.07 apart at |x| <= 27; both 0.136 from float64)",
+        "nn.functional.interpolate.trilinear": "eager's bfloat16 kernel and the traced index/lerp "
+        "ops round differently (sample 3: 0.031 apart, the traced graph 0.016 from float64, "
+        "eager 0.031)",
+    },
+}
+
+
+def expected_failures(dtype: torch.dtype) -> dict[str, str]:
+    """XFAILS, plus those of ``dtype``'s low precision run."""
+    return {**XFAILS, **LOW_PRECISION_XFAILS.get(dtype, {})}
+
 
 def eager_compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[object]) -> Callable:
     return gm
@@ -68,21 +106,29 @@ def op_key(op: object) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
-def autograd_ops() -> list[object]:
-    """OpInfos supporting autograd and float64 on CPU, in op_db order."""
+def autograd_ops(dtype: torch.dtype = DTYPE) -> list[object]:
+    """OpInfos supporting autograd and ``dtype`` on CPU (its backward too, for dtypes other
+    than float64), in op_db order."""
     from torch.testing._internal.common_methods_invocations import op_db
 
-    return [op for op in op_db if op.supports_autograd and DTYPE in op.supported_dtypes("cpu")]
+    def supported(op: object) -> bool:
+        if dtype == DTYPE:
+            return DTYPE in op.supported_dtypes("cpu")
+        return dtype in op.supported_backward_dtypes("cpu")
+
+    return [op for op in op_db if op.supports_autograd and supported(op)]
 
 
-def find_op(key: str) -> object:
-    for op in autograd_ops():
+def find_op(key: str, dtype: torch.dtype = DTYPE) -> object:
+    for op in autograd_ops(dtype):
         if op_key(op) == key:
             return op
     raise KeyError(key)
 
 
-def check_sample(op: object, sample: object, partitioners: Sequence[str]) -> str | None:
+def check_sample(
+    op: object, sample: object, partitioners: Sequence[str], dtype: torch.dtype = DTYPE
+) -> str | None:
     """Check one sample under each partitioner; the first failure as text, or None.
 
     This is ``aot_compile`` with the joint traced once and partitioned per strategy.
@@ -107,7 +153,9 @@ def check_sample(op: object, sample: object, partitioners: Sequence[str]) -> str
         try:
             partition = partition_joint(joint, partitioner)
             compiled = AotCompiled(fn, joint, partition, eager_compiler, eager_compiler)
-            _check_compiled(fn, compiled, originals, sample.output_process_fn_grad)
+            _check_compiled(
+                fn, compiled, originals, sample.output_process_fn_grad, TOLERANCES.get(dtype)
+            )
         except Exception as error:
             return _describe(error, partitioner)
     return None
@@ -118,6 +166,7 @@ def _check_compiled(
     compiled: Callable,
     originals: Sequence[torch.Tensor],
     process: Callable[[object], object],
+    tolerance: tuple[float, float] | None = None,
 ) -> None:
     eager_inputs = _fresh(originals)
     compiled_inputs = _fresh(originals)
@@ -127,9 +176,9 @@ def _check_compiled(
     expected = fn(*eager_inputs)
     torch.manual_seed(42)
     actual = compiled(*compiled_inputs)
-    _compare_values(actual, expected, "output")
+    _compare_values(actual, expected, "output", tolerance)
     # output_process_fn_grad: what OpInfo differentiates (e.g. |eigenvectors|, phase-free).
-    _compare_grads(process(actual), process(expected), compiled_inputs, eager_inputs)
+    _compare_grads(process(actual), process(expected), compiled_inputs, eager_inputs, tolerance)
 
 
 def _fresh(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -148,14 +197,25 @@ def _fresh(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return result
 
 
-def _compare_values(actual: object, expected: object, what: str) -> None:
+def _assert_close(
+    actual: torch.Tensor, expected: torch.Tensor, what: str, tolerance: tuple[float, float] | None
+) -> None:
+    rtol, atol = tolerance if tolerance else (None, None)
+    torch.testing.assert_close(
+        actual, expected, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}"
+    )
+
+
+def _compare_values(
+    actual: object, expected: object, what: str, tolerance: tuple[float, float] | None = None
+) -> None:
     actual_flat, actual_spec = pytree.tree_flatten(actual)
     expected_flat, expected_spec = pytree.tree_flatten(expected)
     if actual_spec != expected_spec:
         raise AssertionError(f"{what} structure differs: {actual_spec} vs {expected_spec}")
     for i, (a, e) in enumerate(zip(actual_flat, expected_flat)):
         if isinstance(e, torch.Tensor):
-            torch.testing.assert_close(a, e, equal_nan=True, msg=lambda m, i=i: f"{what} {i}: {m}")
+            _assert_close(a, e, f"{what} {i}", tolerance)
         elif a != e and not (a != a and e != e):  # NaN scalars compare unequal
             raise AssertionError(f"{what} {i}: {a!r} != {e!r}")
 
@@ -175,6 +235,7 @@ def _compare_grads(
     expected: object,
     compiled_inputs: Sequence[torch.Tensor],
     eager_inputs: Sequence[torch.Tensor],
+    tolerance: tuple[float, float] | None = None,
 ) -> None:
     expected_outs, actual_outs = _differentiable(expected), _differentiable(actual)
     if len(expected_outs) != len(actual_outs):
@@ -200,23 +261,26 @@ def _compare_grads(
         reference = eager_inputs[wrt[k]]
         a = torch.zeros_like(reference) if a is None else a
         e = torch.zeros_like(reference) if e is None else e
-        torch.testing.assert_close(a, e, equal_nan=True, msg=lambda m, k=k: f"grad {k}: {m}")
+        _assert_close(a, e, f"grad {k}", tolerance)
 
 
 def run_op(
-    key: str, partitioners: Sequence[str], max_samples: int | None = None
+    key: str,
+    partitioners: Sequence[str],
+    max_samples: int | None = None,
+    dtype: torch.dtype = DTYPE,
 ) -> dict[str, object]:
     """All samples of one op (or the first ``max_samples``); returns a JSON-able record."""
     warnings.filterwarnings("ignore")
-    op = find_op(key)
+    op = find_op(key, dtype)
     start = time.perf_counter()
     samples, failure = 0, None
     try:
-        for index, sample in enumerate(op.sample_inputs("cpu", DTYPE, requires_grad=True)):
+        for index, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=True)):
             if max_samples is not None and index >= max_samples:
                 break
             samples += 1
-            failure = check_sample(op, sample, partitioners)
+            failure = check_sample(op, sample, partitioners, dtype)
             if failure:
                 failure = f"sample {index} {failure}"
                 break
@@ -242,9 +306,10 @@ def _describe(error: BaseException, stage: str) -> str:
     return f"({stage}): {type(error).__name__}: {head[:400]} [{frame.name}]"
 
 
-def _worker(args: tuple[str, Sequence[str]]) -> dict[str, object]:
+def _worker(args: tuple[str, Sequence[str], str]) -> dict[str, object]:
     torch.set_num_threads(1)
-    return run_op(*args)
+    key, partitioners, dtype_name = args
+    return run_op(key, partitioners, dtype=DTYPES[dtype_name])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -253,23 +318,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitioner", choices=("min_cut", "save_all", "both"), default="both")
     parser.add_argument("--ops", nargs="*", help="op keys to run (default: all)")
     parser.add_argument("--json", help="write per-op records here")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float64")
+    parser.add_argument(
+        "--every", type=int, default=1, help="a deterministic subset: every Nth op in op_db order"
+    )
     options = parser.parse_args(argv)
     partitioners = (
         ("save_all", "min_cut") if options.partitioner == "both" else (options.partitioner,)
     )
-    known = [op_key(op) for op in autograd_ops()]
-    keys = options.ops or known
+    known = [op_key(op) for op in autograd_ops(DTYPES[options.dtype])]
+    keys = (options.ops or known)[:: options.every]
     unknown = sorted(set(keys) - set(known))
     if unknown:
-        parser.error(f"not autograd float64 ops of op_db: {unknown}")
+        parser.error(f"not autograd {options.dtype} ops of op_db: {unknown}")
     stale = sorted(set(XFAILS) - set(known))
-    if stale:
+    if stale and options.dtype == "float64":
         print(f"XFAILS names ops that do not exist: {stale}", file=sys.stderr)
     start = time.perf_counter()
     context = multiprocessing.get_context("spawn")
     records = []
     with context.Pool(options.jobs, maxtasksperchild=20) as pool:
-        tasks = [(key, partitioners) for key in keys]
+        tasks = [(key, partitioners, options.dtype) for key in keys]
         for record in pool.imap_unordered(_worker, tasks, chunksize=1):
             records.append(record)
             status = "ok" if record["passed"] else "FAIL"
@@ -280,26 +349,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     records.sort(key=lambda r: keys.index(r["op"]))
-    return _report(records, time.perf_counter() - start, options.json)
+    print(
+        f"dtype: {options.dtype}  tolerance (rtol, atol): {TOLERANCES.get(DTYPES[options.dtype])}"
+    )
+    xfails = expected_failures(DTYPES[options.dtype])
+    return _report(records, time.perf_counter() - start, options.json, xfails)
 
 
-def _report(records: list[dict[str, object]], seconds: float, json_path: str | None) -> int:
+def _report(
+    records: list[dict[str, object]],
+    seconds: float,
+    json_path: str | None,
+    xfails: dict[str, str] = XFAILS,
+) -> int:
     passed = [r for r in records if r["passed"]]
     failed = [r for r in records if not r["passed"]]
-    unexpected_pass = [r["op"] for r in passed if r["op"] in XFAILS]
-    unexpected_fail = [r for r in failed if r["op"] not in XFAILS]
+    unexpected_pass = [r["op"] for r in passed if r["op"] in xfails]
+    unexpected_fail = [r for r in failed if r["op"] not in xfails]
     samples = sum(r["samples"] for r in records)
     rate = len(passed) / max(1, len(records))
     print(
         f"ops: {len(records)}  samples: {samples}  passed ops: {len(passed)}  failed ops: {len(failed)}"
     )
     print(f"pass rate: {rate:.2%} (need {PASS_RATE:.0%})  wall: {seconds:.0f}s")
-    print(f"expected failures (XFAILS): {sum(1 for r in failed if r['op'] in XFAILS)}")
+    print(f"expected failures (XFAILS): {sum(1 for r in failed if r['op'] in xfails)}")
     for record in unexpected_fail:
         print(f"FAIL {record['op']}: {record['failure']}")
     for key in unexpected_pass:
         print(f"UNEXPECTED PASS {key}: remove it from XFAILS")
-    by_reason = collections.Counter(XFAILS[r["op"]] for r in failed if r["op"] in XFAILS)
+    by_reason = collections.Counter(xfails[r["op"]] for r in failed if r["op"] in xfails)
     for reason, count in by_reason.most_common():
         print(f"  xfail x{count}: {reason}")
     if json_path:

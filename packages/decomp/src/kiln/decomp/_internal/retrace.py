@@ -24,6 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from .casts import fold_exact_casts
 from .cleanup import eliminate_dead_pure_nodes
 from .dispatch_mode import TableDispatchMode, below_autograd
 from .inplace import functionalize_unobservable_inplace, unobservable_inplace_nodes
@@ -49,7 +50,8 @@ def decompose(
 
     The result has the same placeholders (names, order) and the same output structure,
     ``meta["val"]`` on every node, and each decomposed node's ``stack_trace`` on the nodes
-    it became. ``gm`` is not modified; tensor attributes are shared, not copied.
+    it became. Casts come out as ``aten._to_copy`` and exact cast pairs are folded
+    (casts.py). ``gm`` is not modified; tensor attributes are shared, not copied.
     """
     return _decompose(gm, table, example_inputs, retraces=2)
 
@@ -83,6 +85,7 @@ def _decompose(
         # in-place ops the retrace's composite kernels made became out-of-place ops the
         # table decomposes (copy_ -> copy): one more retrace applies the table to them
         return _decompose(result, table, None, retraces - 1)
+    result, _ = fold_exact_casts(result)
     log.debug(
         "decompose: %d nodes -> %d nodes (%s shapes)",
         len(gm.graph.nodes),

@@ -233,6 +233,15 @@ def lower_lcm(ctx, node, a, b):
 
 @TABLE.register("pointwise", aten.div.Tensor_mode, aten.div.Scalar_mode)
 def lower_div_mode(ctx, node, a, b, *, rounding_mode=None):
+    out_dtype = node.meta["val"].dtype
+    if rounding_mode == "trunc" and upcast(out_dtype) != out_dtype:
+        # eager's bfloat16/float16 kernel truncates the quotient rounded to the dtype:
+        # trunc(bf16(53.9)) = 54, where truncating the float32 quotient gives 53
+        def trunc_of_rounded_quotient(ops, x, y):
+            quotient = ops.to_dtype(ops.to_dtype(ops.truediv(x, y), out_dtype), upcast(out_dtype))
+            return ops.trunc(quotient)
+
+        return pointwise(node, trunc_of_rounded_quotient, a, b)
     name = {None: "truediv", "trunc": "truncdiv", "floor": "floordiv"}[rounding_mode]
     return pointwise(node, lambda ops, x, y: getattr(ops, name)(x, y), a, b)
 
