@@ -19,7 +19,7 @@ import sympy
 import torch
 
 from kiln.loopir import Kernel, Reduction, fill_requested, fill_uninitialized, index_vars
-from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check
+from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check, scatter_bases
 
 from .indexing import INT32_LIMIT
 from .kernel_source import has_reduction
@@ -104,12 +104,15 @@ class TritonKernel:
                                      + [[_numel(kernel.ranges)] + rnumels, self.index_bounds])
         self._plans: dict[tuple, _Plan] = {}
         self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
+        self._scatter_bases = scatter_bases(kernel)
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
         if len(args) != self._n_args:
             raise TypeError(f"{self.__name__} takes {self._n_in} tensors and {len(self.kernel.symbols)} "
                             f"sizes, got {len(args)} arguments")
         inputs, size_args = args[:self._n_in], args[self._n_in:]
+        if self._scatter_bases:  # a serial scatter when deterministic algorithms are asked for
+            size_args = (*size_args, torch.are_deterministic_algorithms_enabled())
         plan = self._plans.get(size_args) or self._new_plan(size_args)
         if self.options.check_inputs and not self._inputs_match(inputs, plan):
             self._check(inputs, plan)
@@ -118,6 +121,8 @@ class TritonKernel:
                         for size, stride, dtype in plan.out_layouts)
         if fill_requested(self.options.fill_uninitialized):
             fill_uninitialized(outputs)
+        for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
+            outputs[out_pos].copy_(inputs[in_pos])
         if plan.empty:
             return outputs
         status = (torch.zeros(1, dtype=torch.int32, device=device),) if self.checks else ()
@@ -132,14 +137,19 @@ class TritonKernel:
         return outputs
 
     def _new_plan(self, size_args: tuple) -> _Plan:
-        sizes = tuple(int(s) for s in size_args)
+        serial = bool(size_args[-1]) if self._scatter_bases else False
+        sizes = tuple(int(s) for s in size_args[:len(self.kernel.symbols)])
         rows = self._layouts(*sizes)
         n_out, n_in = len(self.kernel.outputs), self._n_in
         out_layouts = tuple(zip(rows[:n_out], rows[n_out:2 * n_out], (o.dtype for o in self.kernel.outputs)))
         in_rows = rows[2 * n_out:]
         xnumel, *rnumels = rows[-2]
         blocks = {}
-        if self.reduction:
+        if self._scatter_bases:  # one program per chunk of the source, or one walking all of it
+            rnumel = max(rnumels, default=0)
+            blocks["RBLOCK"], blocks["SERIAL"] = (1 if serial else _block(rnumel, self.options.xblock)), serial
+            xnumel = 0 if rnumel == 0 else (1 if serial else -(-rnumel // blocks["RBLOCK"]))
+        elif self.reduction:
             blocks["XBLOCK"], blocks["RBLOCK"] = self._reduction_blocks(xnumel, max(rnumels, default=1))
         else:
             blocks["XBLOCK"] = _block(xnumel, self.options.xblock)
@@ -147,7 +157,7 @@ class TritonKernel:
             blocks["INDEX_64"] = max(rows[-1]) >= INT32_LIMIT
         launch = {"num_warps": self.options.num_warps, **blocks}
         plan = _Plan(sizes, out_layouts, in_rows[:n_in], in_rows[n_in:2 * n_in], xnumel == 0,
-                     (-(-xnumel // launch["XBLOCK"]),), tuple(blocks.values()), launch,
+                     (-(-xnumel // launch.get("XBLOCK", 1)),), tuple(blocks.values()), launch,
                      (tuple(blocks.values()), tuple(_int_class(s) for s in sizes)))
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
