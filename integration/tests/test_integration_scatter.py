@@ -1,7 +1,8 @@
 """Scatters compile to kiln `Scatter` kernels on every codegen (issue 20): scatter (src and
 value), scatter_add, scatter_reduce (sum, prod, mean, amax, amin; include_self or not),
 index_reduce, index_put and put (accumulate or not), masked_scatter, and what decomposes into
-them (index_add, index_copy, index_fill), with duplicate and negative indices, NaN, integers, bool, bfloat16, empty and
+them (index_add, index_copy, index_fill); embedding_bag and repeat_interleave with a repeats
+tensor (lower_segments.py); with duplicate and negative indices, NaN, integers, bool, bfloat16, empty and
 non-contiguous inputs, IndexError for an index out of range, deterministic algorithms, and the
 backward graphs that scatter (gather, indexing, embedding)."""
 
@@ -81,6 +82,17 @@ CASES = {
     "masked_scatter": (lambda x, s: x.masked_scatter(x > 0, s), (X, SRC)),
     "masked_scatter_broadcast_mask": (lambda x, s: x.masked_scatter(torch.tensor([True, False, True, False, True]),
                                                                     s * 2), (X, SRC)),
+    "embedding_bag_sum_weights": (lambda w, i, o, p: torch.nn.functional.embedding_bag(
+        i, w, o, mode="sum", per_sample_weights=p), (X, torch.tensor([0, 5, 5, 2, 1, 3]), torch.tensor([0, 2, 2, 5]),
+                                                     _x((6,), seed=5))),
+    "embedding_bag_mean_last_offset": (lambda w, i, o: torch.nn.functional.embedding_bag(
+        i, w, o, mode="mean", include_last_offset=True), (X, torch.tensor([0, 5, 2, 2, 1, 3]), torch.tensor([0, 2, 2, 5]))),
+    "embedding_bag_mean_padding": (lambda w, i, o: torch.nn.functional.embedding_bag(
+        i, w, o, mode="mean", padding_idx=2), (X, torch.tensor([0, 5, 2, 2, 1, 3]), torch.tensor([0, 2, 2, 3]))),
+    "embedding_bag_max_2d": (lambda w, i: torch.nn.functional.embedding_bag(i, w, mode="max"),
+                             (X, torch.tensor([[0, 5, 5], [2, 1, 3]]))),
+    "repeat_interleave_tensor": (lambda x, r: x.repeat_interleave(r, dim=0, output_size=9),
+                                 (X, torch.tensor([1, 0, 3, 2, 0, 3]))),
     "setitem_accumulate_fn": (lambda x, i, s: torch.zeros(6, 5).index_put_((i,), s, accumulate=True) + x,
                               (X, torch.tensor([0, 5, 5, 2, 0, 0, 1, 0]), SRC)),
 }

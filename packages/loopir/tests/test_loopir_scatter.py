@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from kiln.loopir import Scatter, lower, supported_ops, verify
+from kiln.loopir import Scan, Scatter, lower, supported_ops, verify
 
 aten = torch.ops.aten
 
@@ -123,3 +123,20 @@ def test_masked_scatter_with_too_few_source_elements_raises():
 def test_boolean_mask_index_put_is_refused_with_the_node_named():
     with pytest.raises(NotImplementedError, match="index_put"):
         lowered(lambda x, m, v: aten.index_put(x, [m], v), X, X > 0, torch.tensor(1.0))
+
+
+def test_embedding_bag_aux_outputs_read_are_refused():
+    w, i, o = X, torch.tensor([0, 4, 4, 1]), torch.tensor([0, 1, 3])
+    fn = lambda w, i, o: aten._embedding_bag(w, i, o, False, 1)[2] + 1  # bag_size  # noqa: E731
+    with pytest.raises(NotImplementedError, match="offset2bag/bag_size/max_indices"):
+        lowered(fn, w, i, o)
+    bags = lambda w, i, o: aten._embedding_bag(w, i, o, False, 1)[0]  # noqa: E731
+    torch.testing.assert_close(lowered(bags, w, i, o)(w, i, o), bags(w, i, o))
+
+
+def test_repeat_interleave_of_a_repeats_tensor_is_a_search_in_its_running_total():
+    fn = lambda r: torch.repeat_interleave(r, output_size=8)  # noqa: E731
+    r = torch.tensor([2, 0, 1, 4, 0, 1])
+    kg = lowered(fn, r)
+    assert any(isinstance(n.body, Scan) for k in kg.kernels for n in k.nodes)
+    torch.testing.assert_close(kg(r), fn(r))

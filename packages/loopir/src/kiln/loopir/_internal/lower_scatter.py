@@ -72,7 +72,7 @@ def _positions(rindex: Sequence[Expr], size: Sequence[Expr]) -> tuple[Expr, ...]
     return tuple(reversed(position))
 
 
-def _scatter(ctx: Any, node: Any, base: StridedView, source_size: tuple[Expr, ...], element: Element,
+def scatter_node(ctx: Any, node: Any, base: StridedView, source_size: tuple[Expr, ...], element: Element,
              mode: str) -> StridedView:
     """A `Scatter` node: a copy of `base` receiving `element` of each source position."""
     if numel(source_size) == 0:
@@ -148,22 +148,22 @@ def _reduce_into(ctx: Any, node: Any, x: Any, source_size: tuple[Expr, ...], ele
     like = node.meta.get("val")
     base = _base_buffer(ctx, x, dtype, size, like)
     if reduce is None:
-        return _scatter(ctx, node, base, source_size, element_of(src), "store")
+        return scatter_node(ctx, node, base, source_size, element_of(src), "store")
     if reduce not in _REDUCE_MODES:
         raise LoweringError(f"reduce={reduce!r} is not lowered: {node_location(node)}")
     if not include_self:
-        base = _scatter(ctx, node, base, source_size, element_of(_identity(reduce, dtype)), "store")
-    total = _scatter(ctx, node, base, source_size, element_of(src), _REDUCE_MODES[reduce])
+        base = scatter_node(ctx, node, base, source_size, element_of(_identity(reduce, dtype)), "store")
+    total = scatter_node(ctx, node, base, source_size, element_of(src), _REDUCE_MODES[reduce])
     if reduce != "mean":
         return total
     computed = compute_dtype(dtype)
     start = Lazy(dtype, size, lambda ops, i: constant(ops, int(include_self), computed), (node.name,),
                  computed if computed != dtype else None)
-    counts = _scatter(ctx, node, ctx.realize(start, like), source_size, element_of(1), "sum")
-    return _mean(node, total, counts, dtype, size)
+    counts = scatter_node(ctx, node, ctx.realize(start, like), source_size, element_of(1), "sum")
+    return mean_by_count(node, total, counts, dtype, size)
 
 
-def _mean(node: Any, total: StridedView, counts: StridedView, dtype: torch.dtype, size: tuple[Expr, ...]) -> Lazy:
+def mean_by_count(node: Any, total: StridedView, counts: StridedView, dtype: torch.dtype, size: tuple[Expr, ...]) -> Lazy:
     """total / count, a count of 0 taken as 1 (eager's `count.masked_fill_(count == 0, 1)`)."""
     computed = compute_dtype(dtype)
 
@@ -219,7 +219,7 @@ def lower_put(ctx, node, x, index, source, accumulate=False):
         return value, _positions((where,), size) if size else ()
 
     base = _base_buffer(ctx, x, dtype, size, node.meta.get("val"))
-    return _scatter(ctx, node, base, (count,), element, "sum" if accumulate else "store")
+    return scatter_node(ctx, node, base, (count,), element, "sum" if accumulate else "store")
 
 
 @TABLE.register("reduction", aten.scatter.src, aten.scatter.value)
@@ -294,7 +294,7 @@ def lower_index_put(ctx, node, x, indices, values, accumulate=False):
         return broadcast_load(ops, values, position, computed), destination(ops, position)
 
     base = _base_buffer(ctx, x, dtype, size, node.meta.get("val"))
-    return _scatter(ctx, node, base, source_size, element, "sum" if accumulate else "store")
+    return scatter_node(ctx, node, base, source_size, element, "sum" if accumulate else "store")
 
 
 @TABLE.register("reduction", aten.masked_scatter.default)
