@@ -83,6 +83,7 @@ EXTRA_OPINFOS = {
     "nn.functional.interpolate.nearest": "window reductions (pooling, adaptive pooling, nearest upsampling)",
     "nn.functional.interpolate.nearest-exact": "window reductions (pooling, adaptive pooling, nearest upsampling)",
     "nn.functional.upsample_nearest": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.embedding_bag": "_embedding_bag_forward_only (its bags: a search and a scatter)",
 }
 
 # Overloads taking a number where their OpInfo's samples have a tensor: make_fx records

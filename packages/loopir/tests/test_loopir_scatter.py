@@ -127,11 +127,18 @@ def test_boolean_mask_index_put_is_refused_with_the_node_named():
 
 def test_embedding_bag_aux_outputs_read_are_refused():
     w, i, o = X, torch.tensor([0, 4, 4, 1]), torch.tensor([0, 1, 3])
-    fn = lambda w, i, o: aten._embedding_bag(w, i, o, False, 1)[2] + 1  # bag_size  # noqa: E731
+    fn = lambda w, i, o: aten._embedding_bag_forward_only(w, i, o, False, 1)[2] + 1  # bag_size  # noqa: E731
     with pytest.raises(NotImplementedError, match="offset2bag/bag_size/max_indices"):
         lowered(fn, w, i, o)
-    bags = lambda w, i, o: aten._embedding_bag(w, i, o, False, 1)[0]  # noqa: E731
+    bags = lambda w, i, o: aten._embedding_bag_forward_only(w, i, o, False, 1)[0]  # noqa: E731
     torch.testing.assert_close(lowered(bags, w, i, o)(w, i, o), bags(w, i, o))
+
+
+def test_low_precision_bags_accumulate_in_float32():
+    w, i = (torch.randn(40, 3, generator=_gen(3)) * 100).bfloat16(), torch.arange(40)
+    fn = lambda w, i, o: aten._embedding_bag_forward_only(w, i, o, False, 0)[0]  # noqa: E731
+    o = torch.tensor([0, 1, 25])
+    assert torch.equal(lowered(fn, w, i, o)(w, i, o), fn(w, i, o))
 
 
 def test_repeat_interleave_of_a_repeats_tensor_is_a_search_in_its_running_total():

@@ -9,7 +9,8 @@ belongs to from a binary search in it (`lower_special_search.search`):
 * ``embedding_bag``: index k belongs to bag ``search(offsets, k, right) - 1``; the bags are a
   `Scatter` of the weight rows (times per_sample_weights) into zeros: a sum, a mean (a sum and
   a count), or a max (the bags hit start at -inf, empty bags stay 0, as in eager). Only the
-  bags (output 0) are lowered: offset2bag, bag_size and max_indices follow eager's CPU
+  bags (output 0) of `_embedding_bag_forward_only` are lowered (bfloat16/float16 accumulate
+  in float32, as eager's kernel): offset2bag, bag_size and max_indices follow eager's CPU
   kernel's quirks (empty in some modes), so a graph that reads them keeps the op in eager.
 """
 
@@ -75,7 +76,7 @@ def _aux_outputs_unused(node: Any) -> bool:
     return all(user.target.__name__ == "getitem" and user.args[1] == 0 or not user.users for user in node.users)
 
 
-@TABLE.register("reduction", aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+@TABLE.register("reduction", aten._embedding_bag_forward_only.default)
 def lower_embedding_bag(ctx, node, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                         per_sample_weights=None, include_last_offset=False, padding_idx=-1):
     if not _aux_outputs_unused(node):
@@ -86,8 +87,9 @@ def lower_embedding_bag(ctx, node, weight, indices, offsets, scale_grad_by_freq=
         raise LoweringError(f"embedding_bag with two of max, padding_idx and include_last_offset is not lowered: "
                             f"{node_location(node)}")
     bags_val = node.meta["val"][0]
-    dtype, size = bags_val.dtype, tuple(to_exprs(bags_val.shape))
-    computed = compute_dtype(dtype)
+    # bfloat16/float16 bags accumulate in float32 and round once, as eager's kernel does
+    out_dtype, size = bags_val.dtype, tuple(to_exprs(bags_val.shape))
+    dtype = computed = compute_dtype(out_dtype)
     (count,) = indices.size
     (n_offsets,) = offsets.size
     rows, dim = weight.size
@@ -128,23 +130,27 @@ def lower_embedding_bag(ctx, node, weight, indices, offsets, scale_grad_by_freq=
     def one(ops: Any, k: Expr, d: Expr, row: Any) -> Any:
         return constant(ops, 1, computed)
 
-    zeros = ctx.realize(Lazy(dtype, size, lambda ops, i: constant(ops, 0, computed), (node.name,),
-                             computed if computed != dtype else None), bags_val)
+    zeros = ctx.realize(Lazy(dtype, size, lambda ops, i: constant(ops, 0, computed), (node.name,)))
     source = (count, dim)
     if numel(size) == 0 or count == 0:
-        return (zeros, *_unused(node))
-    if _MODES[mode] == "max":
+        bags = zeros
+    elif _MODES[mode] == "max":
         lowest = -float("inf") if dtype.is_floating_point else torch.iinfo(dtype).min
-        hit = scatter_node(ctx, node, zeros, source, element(lambda ops, k, d, row: constant(ops, lowest, computed)),
-                       "store")
-        return (scatter_node(ctx, node, hit, source, element(weighted), "max"), *_unused(node))
-    total = scatter_node(ctx, node, zeros, source, element(weighted), "sum")
-    if _MODES[mode] == "sum":
-        return (total, *_unused(node))
-    # eager's mean divides the last bag of include_last_offset by its size up to the end of
-    # `indices`, counting the indices past the last offset it does not add
-    counts = scatter_node(ctx, node, zeros, source, element(one, counts_outside=True), "sum")
-    return (mean_by_count(node, total, counts, dtype, size), *_unused(node))
+        hit = scatter_node(ctx, node, zeros, source,
+                           element(lambda ops, k, d, row: constant(ops, lowest, computed)), "store")
+        bags = scatter_node(ctx, node, hit, source, element(weighted), "max")
+    elif _MODES[mode] == "sum":
+        bags = scatter_node(ctx, node, zeros, source, element(weighted), "sum")
+    else:
+        total = scatter_node(ctx, node, zeros, source, element(weighted), "sum")
+        # eager's mean divides the last bag of include_last_offset by its size up to the end of
+        # `indices`, counting the indices past the last offset it does not add
+        counts = scatter_node(ctx, node, zeros, source, element(one, counts_outside=True), "sum")
+        bags = mean_by_count(node, total, counts, dtype, size)
+    if out_dtype == dtype:
+        return (bags, *_unused(node))
+    rounded = Lazy(out_dtype, size, lambda ops, i: broadcast_load(ops, bags, i, computed), (node.name,), computed)
+    return (rounded, *_unused(node))
 
 
 def _unused(node: Any) -> tuple[Lazy, ...]:
