@@ -36,7 +36,8 @@ from .scatter_source import scatter_statement
 # The C++ type values of each dtype are computed in (bfloat16/float16: float, see low_precision.py).
 C_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
-    torch.int32: "int32_t", torch.bool: "bool", torch.bfloat16: "float", torch.float16: "float",
+    torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+    torch.bfloat16: "float", torch.float16: "float",
 }
 
 # Binary helpers take two type parameters: C++ promotes bool/int32 arithmetic to int, so the

@@ -25,6 +25,7 @@ from .indexing import INT32_LIMIT
 from .kernel_source import has_reduction
 from .launch import DirectLauncher
 from .options import TritonCodegenError, TritonOptions
+from .scatter_source import serial_only
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class TritonKernel:
         self._plans: dict[tuple, _Plan] = {}
         self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
         self._scatter_bases = scatter_bases(kernel)
+        self._serial = serial_only(kernel)
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
         if len(args) != self._n_args:
@@ -112,7 +114,7 @@ class TritonKernel:
                             f"sizes, got {len(args)} arguments")
         inputs, size_args = args[:self._n_in], args[self._n_in:]
         if self._scatter_bases:  # a serial scatter when deterministic algorithms are asked for
-            size_args = (*size_args, torch.are_deterministic_algorithms_enabled())
+            size_args = (*size_args, self._serial or torch.are_deterministic_algorithms_enabled())
         plan = self._plans.get(size_args) or self._new_plan(size_args)
         if self.options.check_inputs and not self._inputs_match(inputs, plan):
             self._check(inputs, plan)

@@ -16,8 +16,9 @@ computed index, lanes whose index failed its range check masked off:
   the element still holds what was read, else retry with what it holds. Lanes with nothing
   left to do swap element 0 with itself (`tl.atomic_cas` takes no mask).
 
-With ``SERIAL`` (the launcher sets it when `torch.are_deterministic_algorithms_enabled()`), one
-program walks the source one element at a time, in order: reproducible, and eager's CPU order.
+With ``SERIAL`` (the launcher sets it when `torch.are_deterministic_algorithms_enabled()`, and
+always for int8/uint8/int16 accumulation, which has no atomics), one program walks the source
+one element at a time, in order: reproducible, and eager's CPU order.
 """
 
 from __future__ import annotations
@@ -34,8 +35,19 @@ _COMBINE = {"sum": "{0} + {1}", "prod": "{0} * {1}", "max": "kiln_device.maximum
 _INTEGER_ATOMICS = {"sum": "tl.atomic_add", "max": "tl.atomic_max", "min": "tl.atomic_min"}
 
 
+# int8/uint8/int16 have no atomics (nor compare-and-swap): their accumulating scatters run as
+# one program walking the source in order (SERIAL), with a plain load, combine and store
+SERIAL_ONLY = (torch.int8, torch.uint8, torch.int16)
+
+
 def is_scatter_kernel(kernel: Kernel) -> bool:
     return any(isinstance(node.body, Scatter) for node in kernel.nodes)
+
+
+def serial_only(kernel: Kernel) -> bool:
+    """Whether the kernel's scatter must run SERIAL whatever the deterministic setting."""
+    return any(isinstance(n.body, Scatter) and n.body.mode != "store" and n.spec.dtype in SERIAL_ONLY
+               for n in kernel.nodes)
 
 
 def prologue(widen: str) -> list[str]:
@@ -68,6 +80,9 @@ def scatter_update(pointer: str, offset: str, value: str, mode: str, mask: str, 
         sets = "True" if mode in ("sum", "max") else "False"
         test = "!= 0" if sets == "True" else "== 0"
         return [f"tl.store({where}, tl.full(rindex.shape, {sets}, tl.int1), {mask} & ({value} {test}))"]
+    if dtype in SERIAL_ONLY:  # no 8/16-bit integer atomics: the launcher runs these serially
+        combined = _COMBINE[mode].format(f"tl.load({where}, {mask})", f"{value}.to({element_type})")
+        return [f"tl.store({where}, ({combined}).to({element_type}), {mask})"]
     if not dtype.is_floating_point and mode in _INTEGER_ATOMICS:
         return [f"{_INTEGER_ATOMICS[mode]}({where}, {value}.to({element_type}), {mask}, sem='relaxed')"]
     if dtype in (torch.float32, torch.float64) and mode == "sum":
