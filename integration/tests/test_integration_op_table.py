@@ -17,6 +17,8 @@ failure names its op. CI runs, for each OpInfo and dtype, the samples that join 
 trace to an op no earlier one did (the first, then the first of each other overload; every
 sample of a known failure); ``KILN_OP_TABLE=full`` (``nox -s op_table``) runs them all.
 
+int8, uint8 and int16 run for the few OpInfos of SMALL_INT_OPINFOS only (CI time).
+
 Known failures are strict xfails (XFAIL, per OpInfo, dtype and backend).
 `test_every_supported_op_is_covered` checks each op of `supported_ops()` ran and matched eager
 on each backend, for some dtype; the few ops no OpInfo reaches are in NO_OPINFO, with why, and
@@ -52,6 +54,11 @@ aten = torch.ops.aten
 
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.bfloat16, torch.float16)
 BACKENDS = ("reference", "cpp", "triton")
+# int8/uint8/int16 for a few OpInfos only (every op x 3 more dtypes would cost CI minutes):
+# wrapping arithmetic, division, shifts, reductions, a scan and a scatter.
+SMALL_INTS = (torch.int8, torch.uint8, torch.int16)
+SMALL_INT_OPINFOS = frozenset({"add", "sub", "mul", "neg", "abs", "bitwise_xor", "bitwise_left_shift",
+                               "div.floor_rounding", "remainder", "maximum", "sum", "amax", "cumsum", "scatter_add"})
 FULL = os.environ.get("KILN_OP_TABLE", "") == "full"
 
 # (rtol, atol) by output dtype: torch's defaults for assert_close, but float16's two units in the
@@ -83,6 +90,7 @@ EXTRA_OPINFOS = {
     "nn.functional.interpolate.nearest": "window reductions (pooling, adaptive pooling, nearest upsampling)",
     "nn.functional.interpolate.nearest-exact": "window reductions (pooling, adaptive pooling, nearest upsampling)",
     "nn.functional.upsample_nearest": "window reductions (pooling, adaptive pooling, nearest upsampling)",
+    "nn.functional.embedding_bag": "_embedding_bag_forward_only (its bags: a search and a scatter)",
 }
 
 # Overloads taking a number where their OpInfo's samples have a tensor: make_fx records
@@ -290,7 +298,8 @@ def opinfo_of(name: str) -> Any:
 def table_dtypes(name: str) -> tuple[torch.dtype, ...]:
     if name in HAND_WRITTEN:
         return HAND_WRITTEN[name].dtypes
-    return tuple(dt for dt in DTYPES if dt in opinfo_of(name).supported_dtypes("cpu"))
+    extra = SMALL_INTS if name in SMALL_INT_OPINFOS else ()
+    return tuple(dt for dt in (*DTYPES, *extra) if dt in opinfo_of(name).supported_dtypes("cpu"))
 
 
 def backend_dtypes(backend: str) -> frozenset[torch.dtype]:
@@ -696,7 +705,7 @@ class Table:
     def covered_ops(self, backend: str, opinfo_only: bool = False) -> set[Any]:
         """Ops of the samples that matched eager on `backend` (of OpInfo samples only)."""
         covered: set[Any] = set()
-        for dtype in backend_dtypes(backend) & set(DTYPES):
+        for dtype in backend_dtypes(backend) & {*DTYPES, *SMALL_INTS}:
             for name, outcomes in self.outcomes(backend, dtype).items():
                 if not (opinfo_only and name in HAND_WRITTEN):
                     covered.update(*(o.sample.ops for o in outcomes if o.problem is None))

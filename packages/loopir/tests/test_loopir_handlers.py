@@ -101,9 +101,9 @@ def _hand_built_kernel():
 
 
 def test_hand_built_kernel_with_every_op_matches_torch():
-    # scan needs a Scan node, random ops a seed: integration/tests/test_integration_{scan,random}.py
-    # run them on every handler
-    skipped = ("load", "store", "reduction", "store_reduction", "scan", "rand", "randn", "randint64")
+    # scan needs a Scan node, scatter a Scatter node, random ops a seed:
+    # integration/tests/test_integration_{scan,scatter,random}.py run them on every handler
+    skipped = ("load", "store", "reduction", "store_reduction", "scan", "scatter", "rand", "randn", "randint64")
     assert {n for n in OPS if n not in skipped} <= set(
         str(_hand_built_kernel()).replace("(", " ").split())
     x, y = torch.rand(6) + 0.5, torch.rand(3) + 0.5

@@ -28,9 +28,21 @@ def test_out_of_range_index_raises(name, bad):
     index = torch.tensor([0, bad, 1])
     with pytest.raises((IndexError, RuntimeError)):
         fn(x, index)  # eager refuses it too
-    with pytest.raises(IndexError, match=rf"kernel0, buffer buf\d+ .*index {bad} is out of bounds for a "
+    # index.Tensor wraps negative indices (-6 stays outside); gather and index_select refuse any
+    # negative index, which their lowering turns into the size (5) before the range check
+    shown = bad if name == "index" or bad >= 0 else 5
+    with pytest.raises(IndexError, match=rf"kernel0, buffer buf\d+ .*index {shown} is out of bounds for a "
                                          "dimension of size 5"):
         lowered(fn, x, index)(x, index)
+
+
+@pytest.mark.parametrize("name", ["index_select", "gather"])
+def test_negative_indices_of_gathers_raise_as_in_eager(name):
+    x, index, fn = torch.arange(5.0), torch.tensor([0, -1, 1]), INDEXING[name]
+    with pytest.raises((IndexError, RuntimeError)):
+        fn(x, index)
+    with pytest.raises(IndexError, match="out of bounds"):
+        lowered(fn, x, torch.tensor([0, 1, 1]))(x, index)
 
 
 def test_negative_indices_wrap():

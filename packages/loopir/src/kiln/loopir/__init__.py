@@ -9,10 +9,10 @@ the backend as a `Codegen` (name, devices, options, `Capabilities`, errors), reg
 """
 
 from ._internal.api import LowerOptions, lower, verify
-from ._internal.ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction, Scan
+from ._internal.ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction, Scan, Scatter
 from ._internal.kernel_graph import KernelGraph
 from ._internal.lower import SUPPORTED_DTYPES, ExternCall, LoweringError, node_location
-from ._internal.ops import OPS, OpsHandler
+from ._internal.ops import OPS, SCATTER_MODES, OpsHandler
 from ._internal.plugin import REFERENCE_CODEGEN, Capabilities, Codegen
 from ._internal.registry import Lowerings, default_lowerings, supported_ops
 from ._internal.schedule import FusionDecision
@@ -22,7 +22,7 @@ from ._internal.uninitialized import fill_requested, fill_uninitialized
 
 __all__ = [
     "lower", "verify", "supported_ops", "KernelGraph", "Kernel", "ComputedBuffer", "Pointwise",
-    "Reduction", "Scan", "BufferSpec", "ExternCall", "LoweringError", "OpsHandler", "OPS", "FloorDiv", "index_vars",
+    "Reduction", "Scan", "Scatter", "BufferSpec", "ExternCall", "LoweringError", "OpsHandler", "OPS", "SCATTER_MODES", "FloorDiv", "index_vars",
     "indirect_var", "simplify_index", "fill_requested", "fill_uninitialized", "SUPPORTED_DTYPES", "Codegen",
     "Capabilities", "REFERENCE_CODEGEN", "LowerOptions", "Lowerings", "default_lowerings",
     "FusionDecision", "node_location",

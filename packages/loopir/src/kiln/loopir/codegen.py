@@ -9,6 +9,7 @@
   without `eval`;
 * `ArtifactCache`: the content-hash artifact cache, with atomic writes and verified loads;
 * `node_summary`: the one-line description of a node codegens put above its code;
+* `scatter_bases`: which input a runtime copies into which output before a scatter kernel runs;
 * `philox`: the definition of the random-number ops (`rand`, `randn`, `randint64`) every
   codegen implements, with its constants and a torch implementation.
 
@@ -20,9 +21,10 @@ from ._internal.shared.artifacts import ArtifactCache, ArtifactCacheError
 from ._internal.shared.checks import CheckSite, raise_failed_check
 from ._internal.shared.handler import TextHandler
 from ._internal.shared.host import SizeFunction, compile_size, evaluate_size
-from ._internal.shared.walker import KernelWalker, ReductionParts, node_summary
+from ._internal.shared.walker import KernelWalker, ReductionParts, node_summary, scatter_bases
 
 __all__ = [
     "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",
     "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "node_summary", "philox",
+    "scatter_bases",
 ]

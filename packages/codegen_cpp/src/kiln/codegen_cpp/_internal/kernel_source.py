@@ -31,11 +31,13 @@ from .options import CppCodegenError
 from .printer import cpp_expr
 from .reduction_source import PendingReduction, start_reduction
 from .scan_source import scan_statements
+from .scatter_source import scatter_statement
 
 # The C++ type values of each dtype are computed in (bfloat16/float16: float, see low_precision.py).
 C_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
-    torch.int32: "int32_t", torch.bool: "bool", torch.bfloat16: "float", torch.float16: "float",
+    torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+    torch.bfloat16: "float", torch.float16: "float",
 }
 
 # Binary helpers take two type parameters: C++ promotes bool/int32 arithmetic to int, so the
@@ -287,6 +289,14 @@ class CppHandler(TextHandler):
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)
+
+    def scatter(self, name: str, index: sympy.Expr, value: str, mode: str) -> None:
+        """One source element of a `Scatter` stored or combined into its buffer (the loop runs
+        in source order: eager's CPU order, so sums are bit for bit eager's). An element whose
+        index failed its range check is not stored (the kernel then raises)."""
+        self.lines += scatter_statement(f"out_{name}", cpp_expr(index), value, mode, self.buffer_dtype(name),
+                                        [f"outside_{s}" for s in sorted(sympy.sympify(index).free_symbols, key=str)
+                                         if s.name.startswith("ind")])
 
     def pow(self, base: str, exponent: str) -> str:
         value, dtype = self.constants.get(exponent, (None, None))

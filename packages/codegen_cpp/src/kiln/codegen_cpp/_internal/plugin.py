@@ -14,7 +14,8 @@ from .api import compile
 from .build import CppCompileError
 from .options import CppCodegenError, CppOptions
 
-DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.bfloat16, torch.float16})
+DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                    torch.bool, torch.bfloat16, torch.float16})
 _SETTINGS = ("openmp", "parallel_threshold", "fill_uninitialized")  # backend settings read as they are
 
 

@@ -10,7 +10,7 @@ import sympy
 import torch
 
 from kiln.loopir import Kernel, fill_requested, fill_uninitialized
-from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check
+from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check, scatter_bases
 
 
 class _InputLayouts:
@@ -95,6 +95,7 @@ class CompiledKernel:
         self._output_layouts = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs]
                                             + [o.stride for o in kernel.outputs])
         self._layouts = _InputLayouts(kernel) if check_inputs else None
+        self._scatter_bases = scatter_bases(kernel)
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
         n_in = len(self.kernel.inputs)
@@ -110,6 +111,8 @@ class CompiledKernel:
                         for size, stride, spec in zip(layouts[:n_out], layouts[n_out:], self.kernel.outputs))
         if fill_requested(self.fill):
             fill_uninitialized(outputs)
+        for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
+            outputs[out_pos].copy_(inputs[in_pos])
         pointers = [t.data_ptr() for t in inputs] + [t.data_ptr() for t in outputs]
         if not self.checks:
             self._function(*pointers, *sizes)

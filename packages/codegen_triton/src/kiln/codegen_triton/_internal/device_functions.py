@@ -187,7 +187,10 @@ def signbit(x):
 # replaced by 1 before dividing (no undefined operation reaches the hardware or NumPy).
 @triton.jit
 def _safe_divisor(b):
-    return tl.where((b == 0) | (b == -1), 1, b)
+    if b.dtype.is_int_unsigned():  # no -1 (an unsigned block refuses a negative scalar)
+        return tl.where(b == 0, 1, b)
+    else:
+        return tl.where((b == 0) | (b == -1), 1, b)
 
 
 @triton.jit
@@ -203,7 +206,10 @@ def fmod(a, b):
 def remainder(a, b):
     """Python's %: the result has b's sign (Triton's % truncates, as C's fmod and %)."""
     r = fmod(a, b)
-    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+    if a.dtype.is_int_unsigned():
+        return r
+    else:
+        return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 
 
 @triton.jit
@@ -214,7 +220,8 @@ def truncdiv(a, b):
         return libdevice.trunc(a / b)
     else:
         q = a // _safe_divisor(b)
-        q = tl.where(b == -1, 0 - q, q)
+        if not a.dtype.is_int_unsigned():
+            q = tl.where(b == -1, 0 - q, q)
         return tl.where(b == 0, 0, q)
 
 
@@ -233,7 +240,10 @@ def floordiv(a, b):
         return tl.where(b == 0, quotient, floored)
     else:
         q = truncdiv(a, b)
-        return tl.where((fmod(a, b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
+        if a.dtype.is_int_unsigned():
+            return q
+        else:
+            return tl.where((fmod(a, b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
 
 
 @triton.jit
@@ -258,9 +268,14 @@ def left_shift(a, b):
 
 @triton.jit
 def right_shift(a, b):
-    """Arithmetic a >> b; the sign fill when b is negative or at least a's width (as torch)."""
+    """Arithmetic a >> b; the sign fill when b is negative or at least a's width (as torch;
+    unsigned: logical, 0)."""
     bits: tl.constexpr = a.dtype.primitive_bitwidth
-    return a >> tl.where((b < 0) | (b >= bits), bits - 1, b)
+    if a.dtype.is_int_unsigned():  # a logical shift: 0 past the width
+        out_of_range = (b < 0) | (b >= bits)
+        return tl.where(out_of_range, 0, a >> tl.where(out_of_range, 0, b))
+    else:
+        return a >> tl.where((b < 0) | (b >= bits), bits - 1, b)
 
 
 # Random numbers: loopir's generator (kiln/loopir/_internal/philox.py) is Philox4x32-10 keyed by

@@ -31,6 +31,7 @@ from kiln.loopir.codegen import TextHandler
 from .indexing import flat_offset, index_bounds, inner_loop, outer_loop
 from .options import TritonCodegenError
 from .printer import triton_expr
+from .scatter_source import scatter_update
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +295,19 @@ class TritonHandler(TextHandler):
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)
+
+    def scatter(self, name: str, index: sympy.Expr, value: str, mode: str) -> None:
+        """One chunk of a `Scatter` node's source stored or combined into its buffer (see
+        `scatter_source.py`), masked by the chunk's mask and its indices' range checks."""
+        node = next(n for n in self.kernel.nodes if n.name == name)
+        dtype = node.spec.dtype
+        where = self._where()
+        try:
+            self.lines += scatter_update(f"out_{name}", self._offset(index), value, mode,
+                                         " & ".join(["rmask", *(m for m in self._masks(index) if m != "rmask")]),
+                                         dtype, tl_dtype(dtype, where), tl_dtype(node.body.dtype, where))
+        except NotImplementedError as exc:
+            raise TritonCodegenError(f"{where}: {exc} is not supported by codegen_triton") from exc
 
     def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: str) -> str:
         """The running value at each lane of this RBLOCK chunk: the chunk's own inclusive scan

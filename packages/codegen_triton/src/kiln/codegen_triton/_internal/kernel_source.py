@@ -27,9 +27,10 @@ from collections.abc import Sequence
 
 import sympy
 
-from kiln.loopir import ComputedBuffer, Kernel, Reduction, index_vars
+from kiln.loopir import ComputedBuffer, Kernel, Reduction, Scatter, index_vars
 from kiln.loopir.codegen import CheckSite, KernelWalker
 
+from . import scatter_source
 from .handler import TritonHandler, tl_dtype
 from .indexing import FlatLoop, IndexWidth, index_width, inner_loop, outer_loop
 from .options import TritonCodegenError
@@ -101,6 +102,8 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str) -> list[s
     if kind == "row":
         return _row_lines(walker, node)
     handler: TritonHandler = walker.handler
+    if kind == "scan" and isinstance(node.body, Scatter):
+        return _scatter_lines(walker, node)
     if kind == "scan":
         handler.loop_masks, handler.loop_ranges = ("xmask", "rmask"), node.reduction_ranges
         with walker.row_loop(node) as body:
@@ -119,6 +122,19 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str) -> list[s
     ranges = ", ".join(str(r) for r in node.reduction_ranges)
     lines = [f"{_node_header(node)}: {red.reduction_type} over [{ranges}]", *red.init]
     return lines + _loop_lines(node.reduction_ranges, parts.body) + parts.after
+
+
+def _scatter_lines(walker: KernelWalker, node: ComputedBuffer) -> list[str]:
+    """A scatter: this program's chunk of the source (or, SERIAL, every chunk in order)."""
+    handler: TritonHandler = walker.handler
+    handler.loop_masks, handler.loop_ranges = ("xmask", "rmask"), node.reduction_ranges
+    with walker.row_loop(node) as body:
+        walker.run(node)
+    handler.loop_masks, handler.loop_ranges = ("xmask",), ()
+    header = f"{_node_header(node)}: scatter ({node.body.mode}) into a copy of {node.body.base}"
+    loop = scatter_source.loop_header(_unparenthesized(triton_expr(_product(node.reduction_ranges))))
+    inner = _unflatten_lines(inner_loop(node.reduction_ranges), body) + body
+    return [header, *loop] + ["    " + line for line in inner]
 
 
 def _read_later(kernel: Kernel, node: ComputedBuffer) -> bool:
@@ -186,6 +202,8 @@ def _prologue(kernel: Kernel, reduction: bool, width: IndexWidth, body: Sequence
         widen = ".to(tl.int64)" if width.bits == 64 else ""
     if tile is not None:
         return lines + _tiled_prologue(kernel, tile, widen, body)
+    if scatter_source.is_scatter_kernel(kernel):
+        return lines + scatter_source.prologue(widen)
     arange = "tl.arange(0, XBLOCK)[:, None]" if reduction else "tl.arange(0, XBLOCK)"
     lines += [f"xnumel = {_unparenthesized(triton_expr(_product(kernel.ranges)))}",
               f"xoffset = tl.program_id(0){widen} * XBLOCK",
@@ -249,8 +267,11 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
     width = index_width([*handler.index_bounds, *_spans(kernel)], kernel.symbols)
     body = _prologue(kernel, reduction, width, body, tile) + body
     params += ["kiln_status"] if handler.checks else []
-    params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if reduction else [])
-    params += ["YBLOCK: tl.constexpr"] if tile else []
+    if scatter_source.is_scatter_kernel(kernel):
+        params += ["RBLOCK: tl.constexpr", "SERIAL: tl.constexpr"]
+    else:
+        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if reduction else [])
+        params += ["YBLOCK: tl.constexpr"] if tile else []
     params += ["INDEX_64: tl.constexpr"] if width.bits is None else []
     signature = ", ".join(params)
     lines = ["@triton.jit", f"def {kernel.name}({signature}):"]

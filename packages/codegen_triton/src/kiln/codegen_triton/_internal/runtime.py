@@ -20,12 +20,13 @@ import sympy
 import torch
 
 from kiln.loopir import Kernel, Reduction, fill_requested, fill_uninitialized, index_vars
-from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check
+from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check, scatter_bases
 
 from .indexing import INT32_LIMIT
 from .kernel_source import has_reduction
 from .launch import DirectLauncher
 from .options import TritonCodegenError, TritonOptions
+from .scatter_source import serial_only
 from .tiling import Tile
 
 log = logging.getLogger(__name__)
@@ -115,12 +116,16 @@ class TritonKernel:
                                      + ([[kernel.ranges[tile.y], kernel.ranges[tile.x]]] if tile else []))
         self._plans: dict[tuple, _Plan] = {}
         self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
+        self._scatter_bases = scatter_bases(kernel)
+        self._serial = serial_only(kernel)
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
         if len(args) != self._n_args:
             raise TypeError(f"{self.__name__} takes {self._n_in} tensors and {len(self.kernel.symbols)} "
                             f"sizes, got {len(args)} arguments")
         inputs, size_args = args[:self._n_in], args[self._n_in:]
+        if self._scatter_bases:  # a serial scatter when deterministic algorithms are asked for
+            size_args = (*size_args, self._serial or torch.are_deterministic_algorithms_enabled())
         plan = self._plans.get(size_args) or self._new_plan(size_args)
         if self.options.check_inputs and not self._inputs_match(inputs, plan):
             self._check(inputs, plan)
@@ -129,6 +134,8 @@ class TritonKernel:
                         for size, stride, dtype in plan.out_layouts)
         if fill_requested(self.options.fill_uninitialized):
             fill_uninitialized(outputs)
+        for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
+            outputs[out_pos].copy_(inputs[in_pos])
         if plan.empty:
             return outputs
         status = (torch.zeros(1, dtype=torch.int32, device=device),) if self.checks else ()
@@ -161,14 +168,19 @@ class TritonKernel:
         return head + (checks if len(checks) <= room else checks[:room - 3] + "...") + tail
 
     def _new_plan(self, size_args: tuple) -> _Plan:
-        sizes = tuple(int(s) for s in size_args)
+        serial = bool(size_args[-1]) if self._scatter_bases else False
+        sizes = tuple(int(s) for s in size_args[:len(self.kernel.symbols)])
         rows = self._layouts(*sizes)
         n_out, n_in = len(self.kernel.outputs), self._n_in
         out_layouts = tuple(zip(rows[:n_out], rows[n_out:2 * n_out], (o.dtype for o in self.kernel.outputs)))
         in_rows = rows[2 * n_out:]
         (xnumel, *rnumels), bounds = rows[2 * (n_out + n_in)], rows[2 * (n_out + n_in) + 1]
         blocks = {}
-        if self.reduction:
+        if self._scatter_bases:  # one program per chunk of the source, or one walking all of it
+            rnumel = max(rnumels, default=0)
+            blocks["RBLOCK"], blocks["SERIAL"] = (1 if serial else _block(rnumel, self.options.xblock)), serial
+            xnumel = 0 if rnumel == 0 else (1 if serial else -(-rnumel // blocks["RBLOCK"]))
+        elif self.reduction:
             blocks["XBLOCK"], blocks["RBLOCK"] = self._reduction_blocks(xnumel, max(rnumels, default=1))
         elif self.tile:
             ynumel, tile_xnumel = rows[-1]
@@ -189,8 +201,8 @@ class TritonKernel:
 
     def _programs(self, xnumel: int, tile_sizes: Sequence[int], blocks: dict[str, int]) -> int:
         """How many programs cover the outer points: XBLOCK each, or one per tile."""
-        if not tile_sizes:
-            return -(-xnumel // blocks["XBLOCK"])
+        if not tile_sizes:  # a scatter's xnumel is already its program count (no XBLOCK)
+            return -(-xnumel // blocks.get("XBLOCK", 1))
         ynumel, tile_xnumel = tile_sizes
         others = xnumel // (ynumel * tile_xnumel) if xnumel else 0
         return -(-tile_xnumel // blocks["XBLOCK"]) * -(-ynumel // blocks["YBLOCK"]) * others

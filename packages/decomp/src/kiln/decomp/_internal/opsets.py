@@ -79,6 +79,7 @@ _VIEWS = (
 _INDEXING = (
     "index.Tensor", "index_put", "gather", "scatter.src", "scatter.value", "scatter.reduce",
     "scatter.value_reduce", "scatter_add", "scatter_reduce.two", "index_select", "flip",
+    "index_reduce", "put", "masked_scatter",
     "cat", "constant_pad_nd",
     # functional scatters into a view (what functionalization writes for view mutation)
     "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
@@ -136,10 +137,10 @@ EXTERN_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "data_dependent": (
         "nonzero", "nonzero_static", "_unique2", "unique_dim", "unique_consecutive",
-        "masked_select", "masked_scatter", "_local_scalar_dense", "histc", "bincount",
+        "masked_select", "_local_scalar_dense", "histc", "bincount",
         "histogram.bin_ct", "histogram.bins_tensor", "_histogramdd_bin_edges",
         "_histogramdd_from_bin_cts", "_histogramdd_from_bin_tensors",
-        "repeat_interleave.Tensor", "segment_reduce", "index_reduce", "put",
+        "repeat_interleave.Tensor", "segment_reduce",
         "_embedding_bag", "_embedding_bag_forward_only",
     ),
     "pooling_and_resampling": (

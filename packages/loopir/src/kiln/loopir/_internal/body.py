@@ -180,6 +180,8 @@ def record(inner_fn: Callable[..., Any], n_index: int, n_rindex: int | None = No
         result = inner_fn(recorder, index)
     else:
         result = inner_fn(recorder, index, index_vars(n_rindex, "r"))
-    if not (isinstance(result, Ref) or (isinstance(result, tuple) and all(isinstance(r, Ref) for r in result))):
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], (int, sympy.Basic)):
+        result = (result[0], sympy.sympify(result[1]))  # a scatter body: (value, flat index to store at)
+    elif not (isinstance(result, Ref) or (isinstance(result, tuple) and all(isinstance(r, Ref) for r in result))):
         raise TypeError(f"loop body returned {result!r}, not a value computed with ops")
     return LoopBody(tuple(recorder.instrs), result, n_index, n_rindex or 0)

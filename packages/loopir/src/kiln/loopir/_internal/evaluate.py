@@ -14,7 +14,7 @@ import sympy
 import torch
 
 from . import philox
-from .ir import BufferSpec, Kernel
+from .ir import BufferSpec, Kernel, Scatter
 from .ops import OpsHandler
 from .sizes import FloorDiv, evaluate_expr, free_size_symbols, index_vars, indirect_var
 
@@ -168,6 +168,23 @@ class TorchHandler(OpsHandler):
         value = torch.broadcast_to(torch.as_tensor(value), self.shape).to(dtype)
         return _SCAN[scan_type](value)
 
+    def scatter(self, name: str, index: sympy.Expr, value: Any, mode: str) -> None:
+        """Indirect stores in source order (CPU index_put/scatter_reduce: eager's own order)."""
+        idx = torch.broadcast_to(torch.as_tensor(eval_index(index, self.env)), self.shape).reshape(-1)
+        buf = self.buffers[name]
+        compute = torch.uint8 if buf.dtype == torch.bool else buf.dtype  # bool: or/and as max/min
+        value = torch.broadcast_to(torch.as_tensor(value), self.shape).reshape(-1).to(buf.dtype).to(compute)
+        target = buf.to(compute)
+        if mode == "store":
+            target.index_put_((idx,), value)
+        elif mode == "sum" and buf.dtype != torch.bool:
+            target.index_put_((idx,), value, accumulate=True)
+        else:
+            reduce = {"sum": "amax", "prod": "amin" if buf.dtype == torch.bool else "prod",
+                      "max": "amax", "min": "amin"}[mode]
+            target.scatter_reduce_(0, idx, value, reduce)
+        buf.copy_(target)
+
     def store_reduction(self, name: str, index: sympy.Expr, value: torch.Tensor) -> None:
         # The output index does not depend on reduction variables: their axes have size 1 in
         # it, so it is indexed on the outer shape even when a reduction range is empty.
@@ -262,6 +279,8 @@ def evaluate_kernel(kernel: Kernel, args: Sequence[Any]) -> tuple[torch.Tensor, 
         stride = [evaluate_expr(s, bindings) for s in node.spec.stride]
         results[node.name] = torch.empty_strided(size, stride, dtype=node.spec.dtype)
         buffers[node.name] = _flat_storage(results[node.name])
+        if isinstance(node.body, Scatter):  # starts as a copy of its base (same layout)
+            buffers[node.name].copy_(buffers[node.body.base])
         ranges = [evaluate_expr(s, bindings) for s in node.ranges]
         rranges = [evaluate_expr(s, bindings) for s in node.reduction_ranges]
         rank = len(ranges) + len(rranges)

@@ -22,7 +22,7 @@ import sympy
 import torch
 
 from .body import LoopBody, record
-from .ops import Printer, ReadsWrites
+from .ops import Access, Printer, ReadsWrites
 from .simplify import simplify_index, variable_ranges
 from .sizes import LOW_PRECISION, Expr, contiguous_strides, flat_index, index_vars, same_exprs
 
@@ -89,6 +89,26 @@ class Scan(Reduction):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Scatter(Scan):
+    """Indirect stores into a copy of `base` (scatter, scatter_add/reduce, index_put).
+
+    The node's buffer starts as a copy of buffer `base` (same sizes and strides: the codegen's
+    runtime copies it before the kernel runs); then, for each source element in order,
+    `inner_fn(ops, (), rindex)` returns ``(value, flat_index)``: the value to store and where in
+    the node's buffer (an index built with `ops.indirect_indexing`, so bounds are checked as for
+    loads), and `ops.scatter` stores or combines it (`mode`, one of ops.SCATTER_MODES).
+
+    It is a `Scan` over the flattened source (`ranges` is ``()``, `reduction_ranges` the source's
+    element count), so it gets a kernel of its own and codegens that emit scans run it as one
+    sequential loop in source order: accumulations are then reproducible bit for bit. A codegen
+    may run the source elements in parallel instead when it combines them atomically.
+    """
+
+    mode: str = "store"
+    base: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ComputedBuffer:
     """A buffer defined by a loop body; `spec` is its (contiguous) layout."""
 
@@ -119,6 +139,8 @@ class ComputedBuffer:
         """
         index = _pin_unit_dims(index, self.ranges)
         rindex = _pin_unit_dims(rindex, self.reduction_ranges)
+        if isinstance(self.body, Scatter):
+            return self._run_scatter(ops, rindex)
         scan = isinstance(self.body, Scan)
         out_index = flat_index(self.body.output_index(index, rindex) if scan else index, self.spec.stride)
         ranges = {**variable_ranges(index, self.ranges), **variable_ranges(rindex, self.reduction_ranges)}
@@ -136,6 +158,15 @@ class ComputedBuffer:
             acc = ops.to_dtype(acc, self.spec.dtype)
         return ops.store_reduction(self.name, out_index, acc)
 
+    def _run_scatter(self, ops: Any, rindex: Sequence[Expr]) -> Any:
+        ranges = variable_ranges(rindex, self.reduction_ranges)
+        body_ops = _SimplifyingOps(ops, ranges) if ranges else ops
+        value, index = self.body.loop_body.replay(body_ops, (), rindex)
+        index = simplify_index(index, ranges) if ranges else index
+        if self.spec.dtype in LOW_PRECISION and self.body.dtype != self.spec.dtype:
+            value = ops.to_dtype(value, self.spec.dtype)
+        return ops.scatter(self.name, index, value, self.body.mode)
+
     def accesses(self) -> ReadsWrites:
         """Loads and stores in the node's own variables (i0, ..., r0, ...)."""
         return self.accesses_at(index_vars(len(self.ranges)), index_vars(len(self.reduction_ranges), "r"))
@@ -146,6 +177,8 @@ class ComputedBuffer:
         found = self._accesses.get(key)
         if found is None:
             found = ReadsWrites()
+            if isinstance(self.body, Scatter):  # the copy of `base` the buffer starts as
+                found.accesses.append(Access(self.body.base, sympy.Integer(0), "load"))
             self.run(found, index, rindex)
             self._accesses[key] = found
         return found
@@ -155,7 +188,9 @@ class ComputedBuffer:
         self.run(printer, index_vars(len(self.ranges)), index_vars(len(self.reduction_ranges), "r"))
         kind = type(self.body).__name__
         head = f"{self.spec} = {kind}(ranges={list(self.ranges)}"
-        if isinstance(self.body, Scan):
+        if isinstance(self.body, Scatter):
+            head += f", scatter ({self.body.mode}) into a copy of {self.body.base} over {list(self.body.reduction_ranges)}"
+        elif isinstance(self.body, Scan):
             head += f", scan over dim {self.body.scan_dim} of {list(self.body.reduction_ranges)}, {self.body.reduction_type}"
         elif isinstance(self.body, Reduction):
             head += f", reduction_ranges={list(self.body.reduction_ranges)}, {self.body.reduction_type}"

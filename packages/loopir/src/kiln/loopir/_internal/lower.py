@@ -29,7 +29,7 @@ from .values import Lazy, StridedView, Value
 log = logging.getLogger(__name__)
 
 SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
-                              torch.bool})
+                              torch.int16, torch.int8, torch.uint8, torch.bool})
 
 
 class LoweringError(NotImplementedError):

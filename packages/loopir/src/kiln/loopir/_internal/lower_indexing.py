@@ -7,8 +7,9 @@ Each is a `Lazy` value whose body picks, per output element, where to read:
   index predicates. Every source is loaded at an index clamped into its bounds (`Min`/`Max`
   in the index expression), so the loads of the branches not taken stay in bounds too.
 * Data-dependent reads (index_select, index.Tensor, gather) load the index tensor, turn the
-  value into an index with `ops.indirect_indexing` (negative indices wrap, as in eager; indices
-  are not range-checked), and load the source at it.
+  value into an index with `ops.indirect_indexing` (checked against the dim's size; negative
+  indices wrap for index.Tensor and are errors for gather and index_select, as in eager), and
+  load the source at it.
 """
 
 from __future__ import annotations
@@ -161,6 +162,15 @@ def _indirect(ops: Any, index_value: Any, position: Sequence[Expr], size: Expr) 
     return ops.indirect_indexing(broadcast_load(ops, index_value, position, index_value.dtype), size)
 
 
+def unwrapped_indirect(ops: Any, index_value: Any, position: Sequence[Expr], size: Expr) -> sympy.Symbol:
+    """As `_indirect`, for ops whose negative indices are errors, not counted from the end
+    (gather, index_select, scatter): a negative index becomes `size`, which the range check
+    of `indirect_indexing` reports as an IndexError."""
+    loaded = broadcast_load(ops, index_value, position, index_value.dtype)
+    negative = ops.lt(loaded, ops.constant(0, index_value.dtype))
+    return ops.indirect_indexing(ops.where(negative, ops.index_expr(size, index_value.dtype), loaded), size)
+
+
 def _check_index_dtype(node, *indices: Any) -> None:
     for index in indices:
         if index is not None and index.dtype not in (torch.int64, torch.int32):
@@ -178,7 +188,7 @@ def lower_index_select(ctx, node, x, dim, index):
         if not x.size:  # 0-d source: the index must be 0 (or -1)
             return x.load(ops, ())
         position = (out_index[dim],) if index.size else ()
-        return x.load(ops, _replace(out_index, dim, _indirect(ops, index, position, x.size[dim])))
+        return x.load(ops, _replace(out_index, dim, unwrapped_indirect(ops, index, position, x.size[dim])))
 
     return Lazy(dtype, size, inner, (node.name,))
 
@@ -192,7 +202,7 @@ def lower_gather(ctx, node, x, dim, index, *, sparse_grad=False):
         if not x.size:
             return x.load(ops, ())
         d = dim % len(x.size)
-        return x.load(ops, _replace(out_index, d, _indirect(ops, index, out_index, x.size[d])))
+        return x.load(ops, _replace(out_index, d, unwrapped_indirect(ops, index, out_index, x.size[d])))
 
     return Lazy(dtype, size, inner, (node.name,))
 

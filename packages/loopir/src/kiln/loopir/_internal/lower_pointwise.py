@@ -42,6 +42,9 @@ def constant(ops: Any, value: Any, dtype: torch.dtype) -> Any:
         value = bool(value)
     elif not dtype.is_floating_point and math.isfinite(value):
         value = int(value)
+        if dtype in SMALL_INTEGERS:  # wrapped into the dtype, as eager converts a scalar operand
+            info = torch.iinfo(dtype)
+            value = (value - info.min) % (info.max - info.min + 1) + info.min
     elif dtype.is_floating_point:
         value = float(value)
     return ops.constant(value, dtype)
@@ -67,6 +70,9 @@ def _promotion_probe(operand: Any) -> Any:
     return operand
 
 
+SMALL_INTEGERS = (torch.int8, torch.uint8, torch.int16)
+
+
 def pointwise(node: fx.Node, fn: Callable[..., Any], *operands: Any,
               compute_dtype: torch.dtype | None = None) -> Lazy:
     """A Lazy value computing `fn(ops, *loaded_operands)` in `compute_dtype` at every index.
@@ -80,7 +86,10 @@ def pointwise(node: fx.Node, fn: Callable[..., Any], *operands: Any,
     def inner(ops: Any, index: tuple[Expr, ...]) -> Any:
         loaded = [broadcast_load(ops, o, index, dtype) for o in operands]
         result = fn(ops, *loaded)
-        return result if dtype in (out_dtype, upcast(out_dtype)) else ops.to_dtype(result, out_dtype)
+        # int8/uint8/int16 results wrap where the op makes them, as in eager: a codegen may
+        # compute them wider (C++ promotes them to int), so each one is converted back here
+        wraps = out_dtype in SMALL_INTEGERS and dtype == out_dtype
+        return result if dtype in (out_dtype, upcast(out_dtype)) and not wraps else ops.to_dtype(result, out_dtype)
 
     computed = dtype if dtype != out_dtype and dtype == upcast(out_dtype) else None
     return Lazy(out_dtype, out_size, inner, (node.name,), computed)

@@ -35,6 +35,22 @@ def search_steps(length: Expr) -> int:
     return int(length).bit_length() if length.is_Integer else INT64_INDEX_BITS
 
 
+def search(ops: Any, probe_at: Any, value: Any, length: Expr, *, right: bool) -> Any:
+    """The int64 position of the first of `length` sorted elements (`probe_at(ops value of a
+    position)` loads one) that is >= `value` (> with `right`), else `length`: eager's probes."""
+    one = ops.constant(1, I64)
+    low, high = ops.constant(0, I64), ops.index_expr(length, I64)
+    last = ops.index_expr(length - 1, I64)
+    for _ in range(search_steps(length)):
+        middle = ops.add(low, ops.right_shift(ops.sub(high, low), one))
+        probe = probe_at(ops.minimum(middle, last))  # an empty interval probes in bounds
+        beyond = ops.gt(probe, value) if right else ops.ge(probe, value)
+        active = ops.lt(low, high)
+        low = ops.where(ops.logical_and(active, ops.logical_not(beyond)), ops.add(middle, one), low)
+        high = ops.where(ops.logical_and(active, beyond), middle, high)
+    return low
+
+
 def _load(ops: Any, value: StridedView, index: tuple[Expr, ...], dtype: torch.dtype) -> Any:
     loaded = value.load(ops, index)
     return loaded if value.dtype == dtype else ops.to_dtype(loaded, dtype)
@@ -54,7 +70,6 @@ def _binary_search(ctx, node, sequence: Any, values: Any, *, right: bool, out_in
     sorter = ctx.realize(sorter) if isinstance(sorter, Lazy) else sorter
     length = sequence.size[-1]
     batched = len(sequence.size) > 1
-    steps = search_steps(length)
 
     def row_load(ops: Any, row: tuple[Expr, ...], position: Any) -> Any:
         place = ops.indirect_indexing(position, length)
@@ -68,16 +83,7 @@ def _binary_search(ctx, node, sequence: Any, values: Any, *, right: bool, out_in
     def inner(ops: Any, index: tuple[Expr, ...]) -> Any:
         value = broadcast_load(ops, values, index, dtype)
         row = tuple(index[:-1]) if batched else ()
-        one = ops.constant(1, I64)
-        low, high = ops.constant(0, I64), ops.index_expr(length, I64)
-        last = ops.index_expr(length - 1, I64)
-        for _ in range(steps):
-            middle = ops.add(low, ops.right_shift(ops.sub(high, low), one))
-            probe = row_load(ops, row, ops.minimum(middle, last))  # an empty interval probes in bounds
-            beyond = ops.gt(probe, value) if right else ops.ge(probe, value)
-            active = ops.lt(low, high)
-            low = ops.where(ops.logical_and(active, ops.logical_not(beyond)), ops.add(middle, one), low)
-            high = ops.where(ops.logical_and(active, beyond), middle, high)
+        low = search(ops, lambda position: row_load(ops, row, position), value, length, right=right)
         return low if out_dtype == I64 else ops.to_dtype(low, out_dtype)
 
     if out_dtype != (torch.int32 if out_int32 else I64):

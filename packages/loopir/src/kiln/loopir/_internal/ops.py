@@ -73,12 +73,19 @@ OPS: dict[str, int] = {
     "rand": 2,  # rand(seed, offset) -> float32 uniform in [0, 1)
     "randn": 2,  # randn(seed, offset) -> float32 standard normal
     "randint64": 4,  # randint64(seed, offset, low, high) -> int64 uniform in [low, high)
+    # scatter(buffer_name, flat_index, value, mode): an indirect store of a `Scatter` node into
+    # its own buffer (which starts as a copy of the node's `base`): "store" writes `value`, the
+    # others combine it with the element there (one of SCATTER_MODES; see ir.Scatter).
+    "scatter": 1,
 }
 RANDOM = ("rand", "randn", "randint64")
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin")
 # max/min propagate NaN (cummax/cummin); logaddexp is log(exp(a) + exp(b)) (logcumsumexp)
 SCAN_TYPES = ("sum", "prod", "max", "min", "logaddexp", "argmax", "argmin")
+# store: the value replaces the element (duplicate indices: one of them, unspecified, as eager);
+# sum/prod: added/multiplied in (bool: or/and); max/min: NaN propagates (scatter_reduce's amax/amin)
+SCATTER_MODES = ("store", "sum", "prod", "max", "min")
 
 
 class UnknownOpError(NotImplementedError):
@@ -134,6 +141,9 @@ class ReadsWrites(OpsHandler):
 
     def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: Any) -> None:
         return None
+
+    def scatter(self, name: str, index: sympy.Expr, value: Any, mode: str) -> None:
+        self.accesses.append(Access(name, sympy.sympify(index), "store"))
 
     def constant(self, value: Any, dtype: torch.dtype) -> None:
         return None
@@ -192,6 +202,9 @@ class Printer(OpsHandler):
     def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: Any) -> str:
         value = ", ".join(value) if isinstance(value, tuple) else value
         return self._emit(f"scan_{scan_type}({value})")
+
+    def scatter(self, name: str, index: sympy.Expr, value: str, mode: str) -> str:
+        return self._emit(f"scatter_{mode}({name}, {index}, {value})")
 
     def constant(self, value: Any, dtype: torch.dtype) -> str:
         return self._emit(f"constant({value!r}, {str(dtype).removeprefix('torch.')})")

@@ -58,12 +58,15 @@ def default_lowerings() -> Lowerings:
         lower_random,
         lower_reduction,
         lower_scan,
+        lower_scatter,
+        lower_segments,
         lower_special,
         lower_views,
     )
 
     return (lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE | lower_indexing.TABLE
-            | lower_pooling.TABLE | lower_special.TABLE | lower_random.TABLE | lower_scan.TABLE)
+            | lower_pooling.TABLE | lower_special.TABLE | lower_random.TABLE | lower_scan.TABLE
+            | lower_scatter.TABLE | lower_segments.TABLE)
 
 
 def supported_ops(lowerings: Lowerings | None = None) -> frozenset[torch._ops.OpOverload]:

@@ -4,7 +4,9 @@ A kernel's nodes are of four kinds (`kind`): ``"pointwise"`` (straight-line code
 outer point), ``"reduction"`` (a loop over the node's reduction ranges, then code after it),
 ``"row"`` (a loopir row node: its own loop over the kernel's row ranges) and ``"scan"`` (a
 `Scan`: a loop over its scanned dim whose body stores at every step; the codegen's `scan` op
-keeps the running value, declared before the loop). The walker runs
+keeps the running value, declared before the loop; a `Scatter` is a scan whose loop runs
+over its source elements and stores with the `scatter` op, after the runtime copied its base
+into its buffer: see `scatter_bases`). The walker runs
 a node's body where the kernel's scheduler placed it (`Kernel.placement`) and gives each
 kind a context manager that collects its statements and closes its scopes, so a codegen only
 wraps them in its target's loops:
@@ -34,7 +36,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 
-from ..ir import ComputedBuffer, Kernel, Reduction, Scan
+from ..ir import ComputedBuffer, Kernel, Reduction, Scan, Scatter
 from .handler import TextHandler
 
 
@@ -102,8 +104,19 @@ def node_summary(node: ComputedBuffer) -> str:
     """``buf3: float32[8, 16], sum over [32] <- add_1, mul``: what a node computes."""
     spec = node.spec
     text = f"{node.name}: {str(spec.dtype).removeprefix('torch.')}[{', '.join(str(s) for s in spec.size)}]"
-    if isinstance(node.body, Scan):
+    if isinstance(node.body, Scatter):
+        text += f", scatter ({node.body.mode}) into a copy of {node.body.base}"
+    elif isinstance(node.body, Scan):
         text += f", cumulative {node.body.reduction_type} along dim {node.body.scan_dim}"
     elif isinstance(node.body, Reduction):
         text += f", {node.body.reduction_type} over {list(node.body.reduction_ranges)}"
     return text + (f" <- {', '.join(node.origins)}" if node.origins else "")
+
+
+def scatter_bases(kernel: Kernel) -> tuple[tuple[int, int], ...]:
+    """(output position, input position) of each `Scatter` node of `kernel`: a runtime copies
+    that input (the node's base) into that output before running the kernel."""
+    outputs = [o.name for o in kernel.outputs]
+    inputs = [i.name for i in kernel.inputs]
+    return tuple((outputs.index(n.name), inputs.index(n.body.base)) for n in kernel.nodes
+                 if isinstance(n.body, Scatter) and n.name in outputs)
