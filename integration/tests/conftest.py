@@ -1,7 +1,21 @@
-"""Shared fixtures of the integration tests."""
+"""Shared fixtures of the integration tests.
+
+``KILN_INTEGRATION_TEST_DEVICE=cuda`` makes CUDA torch's default device, so the tensors a test
+makes live on the GPU; run it with ``-k cuda`` to pick the cases compiled by the Triton codegen
+(e.g. the scatter tests on a GPU machine, where the atomics are compiled for real).
+"""
+
+import os
 
 import pytest
 import torch
+
+DEVICE = os.environ.get("KILN_INTEGRATION_TEST_DEVICE")
+
+
+def pytest_configure(config):
+    if DEVICE:
+        torch.set_default_device(DEVICE)
 
 
 @pytest.fixture(autouse=True)
