@@ -6,6 +6,7 @@ makes live on the GPU; run it with ``-k cuda`` to pick the cases compiled by the
 """
 
 import os
+import re
 
 import pytest
 import torch
@@ -24,3 +25,14 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+_BACKWARD = re.compile(r"\[training: backward\]: (\d+) kernels, \d+ extern calls, \d+ ATen nodes lowered, "
+                       r"(\d+) fell back to eager")
+
+
+@pytest.fixture
+def backward_counts():
+    """(kernels, eager fallbacks) of each training backward graph in the pipeline's log text
+    (the `kiln.integration` INFO lines a `caplog` captured)."""
+    return lambda text: [tuple(map(int, m.groups())) for m in _BACKWARD.finditer(text)]

@@ -35,7 +35,7 @@ def _gpt2(transformers):
     return transformers.GPT2LMHeadModel(config).train()
 
 
-def _training_step(model, caplog):
+def _training_step(model, caplog, backward_counts):
     """(forward report, backward graphs' fallback lines and counts) of one training step."""
     ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(0))
 
@@ -48,18 +48,17 @@ def _training_step(model, caplog):
         loss = _compiled(step)(ids)
         loss.backward()
     assert math.isfinite(loss.item())
-    counts = [tuple(map(int, m.groups())) for m in re.finditer(r"backward graph: (\d+) kernels, (\d+) fallbacks",
-                                                               caplog.text)]
+    counts = backward_counts(caplog.text)
     assert counts, caplog.text
     return report, counts
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
-def test_training_step_with_dropout_has_no_random_fallbacks(name, caplog):
+def test_training_step_with_dropout_has_no_random_fallbacks(name, caplog, backward_counts):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     model = (_bert if name == "bert" else _gpt2)(transformers)
-    report, backward = _training_step(model, caplog)
+    report, backward = _training_step(model, caplog, backward_counts)
     assert all(graph.training for graph in report.graphs), str(report)
     assert report.kernel_count >= 10, str(report)
     random_fallbacks = [str(n) for n in report.fallback_nodes if RANDOM.search(str(n))]

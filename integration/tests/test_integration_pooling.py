@@ -5,7 +5,6 @@ training step, with no eager fallback; channels-last inputs too."""
 from __future__ import annotations
 
 import logging
-import re
 
 import pytest
 import torch
@@ -95,7 +94,7 @@ class TinyConvNet(torch.nn.Module):
 @pytest.mark.parametrize(("codegen", "memory_format"), [("cpu", torch.contiguous_format), ("cpu", torch.channels_last),
                                                         ("cuda", torch.contiguous_format)],
                          ids=["cpu-nchw", "cpu-nhwc", "cuda-nchw"])
-def test_training_step_of_a_pooling_convnet_matches_eager(codegen, memory_format, caplog):
+def test_training_step_of_a_pooling_convnet_matches_eager(codegen, memory_format, caplog, backward_counts):
     torch.manual_seed(0)
     model = TinyConvNet()
     reference = TinyConvNet()
@@ -109,8 +108,7 @@ def test_training_step_of_a_pooling_convnet_matches_eager(codegen, memory_format
         F.mse_loss(_compiled(model, codegen)(x), target).backward()
     F.mse_loss(reference(x), target).backward()
 
-    backward = [tuple(map(int, m.groups())) for m in re.finditer(r"backward graph: (\d+) kernels, (\d+) fallbacks",
-                                                                 caplog.text)]
+    backward = backward_counts(caplog.text)
     assert backward and all(kernels >= 3 and fallbacks == 0 for kernels, fallbacks in backward), caplog.text
     for (name, got), want in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5, msg=name)

@@ -208,9 +208,10 @@ class TritonKernel:
         return -(-tile_xnumel // blocks["XBLOCK"]) * -(-ynumel // blocks["YBLOCK"]) * others
 
     def _warps(self, blocks: dict[str, int]) -> int:
-        """Pointwise: `num_warps`; reductions: one warp per 256 elements of the tile (2 to
-        `max_reduction_warps`), so a long row is read by enough threads to keep loads wide."""
-        if not (self.reduction or self.tile):
+        """Pointwise and scatter kernels: `num_warps`; reductions and tiles: one warp per KiB of
+        the tile's widest input (2 to `max_reduction_warps`), so a long row is read by enough
+        threads to keep loads wide."""
+        if not (self.reduction or self.tile) or self._scatter_bases:
             return self.options.num_warps
         tile_bytes = blocks["XBLOCK"] * blocks.get("RBLOCK", blocks.get("YBLOCK")) * self._widest_input
         # A strided reduction's loads are short runs along XBLOCK: it needs more warps in flight.
