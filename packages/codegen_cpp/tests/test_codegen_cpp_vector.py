@@ -62,7 +62,7 @@ def test_loop_invariant_values_are_broadcast(cpp):
 @pytest.mark.parametrize(("fn", "args", "reason"), [
     (lambda x: x.t() + 1, (torch.randn(16, 24),), "non-contiguous access"),
     (lambda x, i: x[i] * 2, (torch.randn(10, 16), torch.tensor([3, 1, 4, 1])), "indirect"),
-    (lambda x: torch.sin(x), (torch.randn(4, 16),), "sin has no vector version"),
+    (lambda x: torch.atan(x), (torch.randn(4, 16),), "atan has no vector version"),
 ])
 def test_kernels_that_stay_scalar_say_why(cpp, fn, args, reason):
     compiled = cpp.check(fn, *args)

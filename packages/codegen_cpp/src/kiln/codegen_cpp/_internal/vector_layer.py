@@ -136,6 +136,25 @@ template <typename V> static inline auto reduce_min(V v) {
     return m;
 }
 template <typename V> static inline V rsqrt(V x) { return 1 / sqrt(x); }
+
+// a * b + c rounded once where the ISA has fused multiply-add (one instruction per vector: a
+// fixed-count lane loop GCC turns into vfmadd), a * b + c otherwise: vector_math.py's bounds
+// hold both ways (its tests compile both). Works on any vector type, of float or double.
+template <typename V> static inline V fma(V a, V b, V c) {
+#if defined(__FMA__) || defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
+    constexpr int n = sizeof(V) / sizeof(a[0]);
+    for (int k = 0; k < n; ++k) a[k] = std::fma(a[k], b[k], c[k]);
+    return a;
+#else
+    return a * b + c;
+#endif
+}
+// Any/every lane of a mask set (a rare-case branch: both fold the lanes).
+static inline bool any(vmask m) {
+    int32_t r = 0;
+    for (int k = 0; k < KILN_LANES; ++k) r |= m[k];
+    return r != 0;
+}
 template <typename V> static inline V reciprocal(V x) { return 1 / x; }
 }  // namespace kiln
 """

@@ -61,8 +61,8 @@ _UNARY: dict[str, tuple[str, tuple[torch.dtype, ...], torch.dtype | None]] = {
     "bitwise_not": ("(~{0})", (*_INT, torch.bool), None),
     "isnan": ("kiln::mask({0} != {0})", (*_FLOAT, *LOW_PRECISION), torch.bool),
     **{name: (f"kiln::{name}({{0}})", _FLOAT, None) for name in (
-        "exp", "expm1", "log", "log1p", "tanh", "sigmoid", "sqrt", "rsqrt", "reciprocal", "floor", "ceil",
-        "trunc")},
+        "exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "sin", "cos", "sqrt", "rsqrt",
+        "reciprocal", "floor", "ceil", "trunc")},
     "round": ("kiln::round_even({0})", _FLOAT, None),
     "erf": ("kiln::erf({0})", (torch.float32,), None),  # float64 erf has no vector version yet
 }
@@ -258,9 +258,12 @@ class CppVectorHandler(CppHandler):
             self.types[name] = (self.dtype(base), False)
             return name
         value = self.constant_value(exponent)
-        if self.is_vector(exponent) or self.dtype(base) not in _FLOAT or value not in _VECTOR_POW:
-            raise NotVectorizable("pow with a non-constant exponent")
-        return self.typed(_VECTOR_POW[value].format(self.broadcast(base)), self.dtype(base), True)
+        dtype = self.dtype(base)
+        if not self.is_vector(exponent) and dtype in _FLOAT and value in _VECTOR_POW:
+            return self.typed(_VECTOR_POW[value].format(self.broadcast(base)), dtype, True)
+        if dtype != torch.float32 or self.dtype(exponent) != dtype:
+            raise NotVectorizable(f"pow of {dtype} with a {self.dtype(exponent)} exponent")
+        return self.typed(f"kiln::pow({self.broadcast(base)}, {self.broadcast(exponent)})", dtype, True)
 
     def apply(self, op: str, args: tuple[str, ...]) -> str:
         """A unary or binary op: a vector op inside a vector loop (loop-invariant operands
