@@ -76,13 +76,26 @@ _SCALAR_MATH = re.compile(r"(?<![\w:])(std::\w+|kiln_\w+|[a-z]+[0-9]*f?)\(")
 _VECTOR_CALLS = {"static_cast"}
 
 
+def vector_code_lines(source: str) -> list[str]:
+    """Every line inside a loop marked `// vector code` (to its matching brace)."""
+    inside, depth = [], 0
+    for line in source.splitlines():
+        if depth == 0 and "// vector code" in line:
+            depth = 1
+            continue
+        if depth:
+            depth += line.count("{") - line.count("}")
+            if depth > 0:
+                inside.append(line)
+    return inside
+
+
 def vector_guard_failures(source: str) -> list[str]:
     """What keeps a kernel's hot loops off the vector layer: loops left scalar, and scalar
     math called inside vector code."""
     failures = [line.strip() for line in source.splitlines() if "// scalar loop:" in line]
-    for block in re.findall(r"// vector code\n(.*?)\n *\}\n", source, re.S):
-        failures += [f"scalar math in vector code: {line.strip()}" for line in block.splitlines()
-                     if any(call not in _VECTOR_CALLS for call in _SCALAR_MATH.findall(line))]
+    failures += [f"scalar math in vector code: {line.strip()}" for line in vector_code_lines(source)
+                 if any(call not in _VECTOR_CALLS for call in _SCALAR_MATH.findall(line))]
     return failures
 
 
@@ -154,3 +167,5 @@ def test_the_guard_catches_a_scalar_loop_and_scalar_math():
     source = "for (...) {  // vector code\n    auto tmp1 = std::exp(tmp0);\n}\n"
     assert vector_guard_failures(source) == ["scalar math in vector code: auto tmp1 = std::exp(tmp0);"]
     assert not vector_guard_failures(source.replace("std::exp", "kiln::exp"))
+    nested = "for (...) {  // vector code, 4 accumulators\n    {\n        x;\n    }\n    {\n        y = expf(x);\n    }\n}\n"
+    assert vector_guard_failures(nested) == ["scalar math in vector code: y = expf(x);"]

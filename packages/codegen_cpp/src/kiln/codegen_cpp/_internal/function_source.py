@@ -26,6 +26,7 @@ from .printer import cpp_expr
 from .reduction_source import reduction_lines
 from .vector_layer import VECTOR_LAYER
 from .vector_math import VECTOR_MATH
+from .vector_reduction_source import PARTS
 from .vector_source import CppVectorHandler, NotVectorizable
 
 
@@ -67,13 +68,36 @@ def _vector_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str]) -> list
             f"    const int64_t {var} = {end}, active = {extent_text} - {var};", *indent(body, 1), "}"]
 
 
+def _vector_reduction_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str]) -> list[str]:
+    """A reduction loop as vector code with PARTS accumulators: each iteration of the main
+    loop runs `body` on PARTS consecutive vectors, vector `k` into accumulator `part` k; the
+    whole vectors left over, then the tail, go to accumulator 0."""
+    n = cpp_expr(extent)
+    block, end = f"{var}_block", f"kiln::vector_end({n})"
+    blocks_end = f"({n} - {n} % ({PARTS} * KILN_LANES))"
+    lines = [f"for (int64_t {block} = 0; {block} < {blocks_end}; {block} += {PARTS} * KILN_LANES) {{"
+             f"  // vector code, {PARTS} accumulators"]
+    for part in range(PARTS):
+        lines += indent(["{", f"    constexpr int part = {part};", "    constexpr int64_t active = KILN_LANES;",
+                         f"    const int64_t {var} = {block} + {part} * KILN_LANES;", *indent(body, 1), "}"], 1)
+    lines += ["}", f"for (int64_t {var} = {blocks_end}; {var} < {end}; {var} += KILN_LANES) {{  // vector code",
+              "    constexpr int part = 0;", "    constexpr int64_t active = KILN_LANES;", *indent(body, 1), "}",
+              f"if ({end} < {n}) {{  // the tail: one partial vector",
+              f"    const int64_t {var} = {end}, active = {n} - {var};", "    constexpr int part = 0;",
+              *indent(body, 1), "}"]
+    return lines
+
+
 def _loop_nest(rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], body: list[str],
-               innermost_pragma: str | None, vector: bool) -> list[str]:
-    """Loops over `ranges`; the innermost one is vector code, or scalar with a pragma."""
+               innermost_pragma: str | None, vector: bool, reduction: bool = False) -> list[str]:
+    """Loops over `ranges`; the innermost one is vector code (a reduction's with PARTS
+    accumulators), or scalar with a pragma."""
     lines: list[str] = []
     for depth, (var, extent) in enumerate(zip(rvars, ranges)):
         if depth < len(rvars) - 1:
             lines += indent([loop(var, extent) + " {"], depth)
+        elif vector and reduction:
+            lines += indent(_vector_reduction_loop(var, extent, body), depth)
         elif vector:
             lines += indent(_vector_loop(var, extent, body), depth)
         else:
@@ -128,7 +152,8 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
         walker.run(node)
     if vector:
         red = handler.pending_reduction
-        loops = list(red.declarations) + _loop_nest(rvars, node.reduction_ranges, list(red.body), None, True)
+        loops = list(red.declarations) + _loop_nest(rvars, node.reduction_ranges, list(red.body), None, True,
+                                                    reduction=True)
     else:
         loops = reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options, parallel_reduction)
     return [comment] + loops + parts.after

@@ -31,7 +31,7 @@ from .low_precision import (
     vector_to_storage,
 )
 from .printer import cpp_expr
-from .reduction_source import start_vector_reduction
+from .vector_reduction_source import start_vector_reduction
 
 
 class NotVectorizable(Exception):
@@ -180,15 +180,17 @@ class CppVectorHandler(CppHandler):
             self.lines.append(f"kiln::store({array} + {cpp_expr(index)}, {value}, active);")
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> str:
-        if self.lane_var is None or isinstance(value, tuple):
+        if self.lane_var is None:
             raise NotVectorizable(f"a {reduction_type} reduction")
-        value = self.broadcast(value)
+        value = tuple(map(self.broadcast, value)) if isinstance(value, tuple) else self.broadcast(value)
+        if isinstance(value, tuple) and self.dtype(value[1]) != torch.int64:
+            raise NotVectorizable(f"a {reduction_type} reduction with {self.dtype(value[1])} positions")
         pending = start_vector_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
         if pending is None:
             raise NotVectorizable(f"a {reduction_type} reduction of {dtype}")
         self.pending_reduction = pending
         self.lines.extend(pending.finish)
-        self.types[pending.result] = (dtype, False)
+        self.types[pending.result] = (torch.int64 if isinstance(value, tuple) else dtype, False)
         self.lane_var = None  # what follows runs once, after the loop
         return pending.result
 
