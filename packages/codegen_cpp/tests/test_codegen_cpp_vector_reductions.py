@@ -64,3 +64,20 @@ def test_first_nan_and_first_tie_across_accumulators_and_lanes(cpp):
     x[4, 64], x[4, 3] = -1.0, -1.0
     compiled = cpp.check(lambda x: (x.argmax(-1), x.argmin(-1)), x)
     assert "kiln::arg_combine" in compiled.source
+
+
+def _every_kind_over_dim0(x, n):
+    return (x.sum(0), x.amax(0), x.double().amin(0), x.argmax(0), x.argmin(0), n.argmax(0), (x > 0).any(0),
+            (x > -2).all(0), n.sum(0), (x * 0.25 + 1).prod(0), x.t().sum(-1), x.mean(0) * 2 + 1)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("cols", [5, 37])
+def test_reductions_over_an_outer_dim_are_vector_code_across_the_outputs(cpp, width, cols):
+    x, n = _rows(cols)
+    x, n = x.t().contiguous(), n.t().contiguous()  # reduce the rows' dim, now the outer one
+    compiled = cpp.with_options(flags=(*cpp.options.flags, f"-DKILN_VECTOR_BYTES={width}")).check(
+        _every_kind_over_dim0, x, n, rtol=1e-5, atol=1e-6)
+    assert "// scalar loop" not in compiled.source, compiled.source
+    assert "kiln::arg_update<true>(vacc_" in compiled.source  # one accumulator per output lane
+    assert "kiln::reduce_" not in compiled.source  # no lane folds: each lane is an output

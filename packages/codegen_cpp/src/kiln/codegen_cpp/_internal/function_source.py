@@ -137,13 +137,20 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
     comment = _node_comment(node, node.name not in handler.outputs)
     if kind == "scan":
         return [comment] + _scan_lines(walker, node)
+    lanes_outside = vector and (_pointwise_only(walker.kernel) or handler.across_outputs)
     if kind == "pointwise":
         if vector:  # vector code only where the kernel's innermost loop is the vector loop
-            handler.lane_var = index_vars(len(walker.kernel.ranges))[-1] if _pointwise_only(walker.kernel) else None
+            handler.lane_var = index_vars(len(walker.kernel.ranges))[-1] if lanes_outside else None
         with walker.pointwise(node) as body:
             walker.run(node)
         return [comment] + body
     rvars = walker.kernel.placement(node)[1]
+    if lanes_outside:  # each lane reduces for its own output: scalar reduction loops around vector code
+        handler.lane_var = index_vars(len(walker.kernel.ranges))[-1]
+        with walker.reduction(node) as parts:
+            walker.run(node)
+        return [comment] + reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options,
+                                           False) + parts.after
     if vector:
         if parallel_reduction and options.openmp:
             raise NotVectorizable("a reduction split across threads")
@@ -193,7 +200,21 @@ def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHan
             return _node_statements(kernel, options, CppVectorHandler(kernel)) + ("",)
         except NotVectorizable as exc:
             why = f"not vectorized: {exc}"
+        if _reduces_outer_dims(kernel):  # lanes across the outputs instead
+            try:
+                return _node_statements(kernel, options, CppVectorHandler(kernel, across_outputs=True)) + ("",)
+            except NotVectorizable as exc:
+                why += f"; nor across its outputs: {exc}"
     return _node_statements(kernel, options, CppHandler(kernel)) + (why,)
+
+
+def _reduces_outer_dims(kernel: Kernel) -> bool:
+    """A kernel of reductions (and pointwise nodes) whose innermost outer loop is long enough
+    to be the vector loop: a reduction over outer dims may be vector code across its outputs."""
+    if any(kernel.is_row(n) for n in kernel.nodes) or not kernel.ranges or _single_outer_point(kernel):
+        return False
+    extent = sympy.sympify(kernel.ranges[-1])
+    return not (extent.is_Integer and int(extent) < 4)
 
 
 def _why_scalar(kernel: Kernel, options: CppOptions) -> str:
@@ -241,7 +262,8 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     """The C++ definition of one kernel."""
     ivars = index_vars(len(kernel.ranges))
     body, handler, why_scalar = _kernel_body(kernel, options)
-    vector_loop = not why_scalar and _pointwise_only(kernel)  # the innermost outer loop is vector code
+    # the innermost outer loop is vector code
+    vector_loop = not why_scalar and (_pointwise_only(kernel) or getattr(handler, "across_outputs", False))
     lines = _signature(kernel, bool(handler.checks))
     if why_scalar:
         lines.append(f"    // scalar loop: {why_scalar}")

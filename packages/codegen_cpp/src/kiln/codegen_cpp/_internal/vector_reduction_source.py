@@ -120,3 +120,49 @@ def start_vector_reduction(name: str, reduction_type: str, ctype: str, value: st
         return None
     return PendingReduction(pending.reduction_type, pending.declarations, (*body, *pending.body), pending.finish,
                             pending.clauses, pending.result)
+
+
+def start_lanewise_reduction(name: str, reduction_type: str, ctype: str, value: str | tuple[str, str],
+                             body: Sequence[str]) -> PendingReduction | None:
+    """A reduction whose lanes are KILN_LANES different outputs (a reduction over an outer
+    dim, vectorized across the contiguous output dim): one accumulator vector, no fold; the
+    result is a vector (`result`, one value per output). None when it has no vector version."""
+    if ctype not in _ACCUMULATORS or (reduction_type in ("sum", "prod", "argmax", "argmin") and ctype == "bool"):
+        return None
+    vacc, vector = f"vacc_{name}", _ACCUMULATORS[ctype]
+    if reduction_type in ("argmax", "argmin"):
+        if not isinstance(value, tuple):
+            return None
+        at, largest = f"vat_{name}", "true" if reduction_type == "argmax" else "false"
+        declarations = (f"{vector} {vacc} = kiln::splat<{vector}>({lowest_first(reduction_type, ctype)});",
+                        f"kiln::vi64 {at} = {{}};")
+        update = f"kiln::arg_update<{largest}>({vacc}, {at}, {value[0]}, {value[1]});"
+        return PendingReduction(reduction_type, declarations, (*body, update), (), "", at)
+    if isinstance(value, tuple):
+        return None
+    finish: list[str] = []
+    result = vacc
+    if reduction_type in ("sum", "prod"):
+        widen = ctype == "float" and reduction_type == "sum"  # float32 sums accumulate in float64
+        vector = "kiln::vf64" if widen else vector
+        op = "+" if reduction_type == "sum" else "*"
+        declarations = [f"{vector} {vacc} = kiln::splat<{vector}>({'0' if op == '+' else '1'});"]
+        update = [f"{vacc} = {vacc} {op} {f'kiln::widen({value})' if widen else value};"]
+        if widen:
+            result = f"vsum_{name}"
+            finish.append(f"kiln::vf32 {result} = kiln::narrow({vacc});")
+    elif ctype == "bool":
+        op = "|" if reduction_type == "max" else "&"
+        declarations = [f"kiln::vmask {vacc} = kiln::splat<kiln::vmask>({'0' if op == '|' else '-1'});"]
+        update = [f"{vacc} = {vacc} {op} {value};"]
+    else:
+        compare = ">" if reduction_type == "max" else "<"
+        declarations = [f"{vector} {vacc} = kiln::splat<{vector}>({lowest_first(reduction_type, ctype)});"]
+        update = [f"{vacc} = {value} {compare} {vacc} ? {value} : {vacc};"]
+        if ctype in _FLOATS:
+            nan = f"vnan_{name}"
+            declarations.append(f"kiln::vmask {nan} = {{}};  // outputs that saw a NaN")
+            update.append(f"{nan} = {nan} | kiln::mask({value} != {value});")
+            result = f"vresult_{name}"
+            finish.append(f"auto {result} = kiln::select({nan}, kiln::splat<{vector}>(NAN), {vacc});")
+    return PendingReduction(reduction_type, tuple(declarations), (*body, *update), tuple(finish), "", result)

@@ -31,7 +31,7 @@ from .low_precision import (
     vector_to_storage,
 )
 from .printer import cpp_expr
-from .vector_reduction_source import start_vector_reduction
+from .vector_reduction_source import start_lanewise_reduction, start_vector_reduction
 
 
 class NotVectorizable(Exception):
@@ -94,9 +94,12 @@ class CppVectorHandler(CppHandler):
     loads and stores move `active` elements: a constant KILN_LANES in a loop's whole-vector
     iterations, fewer in its tail."""
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: Kernel, across_outputs: bool = False) -> None:
         super().__init__(kernel)
         self.lane_var: sympy.Symbol | None = None
+        # The lanes are the kernel's innermost outer variable everywhere, reductions included:
+        # each lane reduces for its own output (a reduction over an outer dim).
+        self.across_outputs = across_outputs
         self.types: dict[str, tuple[torch.dtype, bool]] = {}
         inner = max([len(kernel.row_ranges), *(len(n.reduction_ranges) for n in kernel.nodes)])
         # what an index may use; anything else is an indirect index
@@ -185,13 +188,15 @@ class CppVectorHandler(CppHandler):
         value = tuple(map(self.broadcast, value)) if isinstance(value, tuple) else self.broadcast(value)
         if isinstance(value, tuple) and self.dtype(value[1]) != torch.int64:
             raise NotVectorizable(f"a {reduction_type} reduction with {self.dtype(value[1])} positions")
-        pending = start_vector_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
+        start = start_lanewise_reduction if self.across_outputs else start_vector_reduction
+        pending = start(name, reduction_type, c_type(dtype), value, self.end_loop_body())
         if pending is None:
             raise NotVectorizable(f"a {reduction_type} reduction of {dtype}")
         self.pending_reduction = pending
         self.lines.extend(pending.finish)
-        self.types[pending.result] = (torch.int64 if isinstance(value, tuple) else dtype, False)
-        self.lane_var = None  # what follows runs once, after the loop
+        self.types[pending.result] = (torch.int64 if isinstance(value, tuple) else dtype, self.across_outputs)
+        if not self.across_outputs:
+            self.lane_var = None  # what follows runs once, after the loop
         return pending.result
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
