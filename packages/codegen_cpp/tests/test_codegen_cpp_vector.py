@@ -157,11 +157,6 @@ def test_row_reductions_keep_eager_nan_semantics_and_float64_accumulation(cpp):
     assert cpp.check(lambda y: y.sum(-1), big).module(big)[0] == exact
 
 
-def test_a_reduction_split_across_threads_stays_scalar_and_says_why(cpp):
-    compiled = cpp.check(lambda x: x.sum(), torch.randn(1000))
-    assert "// scalar loop: not vectorized: a reduction split across threads" in compiled.source
-
-
 def test_the_guard_catches_a_scalar_loop_and_scalar_math():
     assert vector_guard_failures("    // scalar loop: not vectorized: sin has no vector version\n")
     source = "for (...) {  // vector code\n    auto tmp1 = std::exp(tmp0);\n}\n"

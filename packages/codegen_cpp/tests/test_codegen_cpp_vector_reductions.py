@@ -81,3 +81,27 @@ def test_reductions_over_an_outer_dim_are_vector_code_across_the_outputs(cpp, wi
     assert "// scalar loop" not in compiled.source, compiled.source
     assert "kiln::arg_update<true>(vacc_" in compiled.source  # one accumulator per output lane
     assert "kiln::reduce_" not in compiled.source  # no lane folds: each lane is an output
+
+
+def _whole(x, n):
+    e = (x - x.amax()).exp()  # a softmax over one row, as decomp writes it: row loops without an outer loop
+    return (x.sum(), x.amax(), x.double().amin(), n.sum(), (x > 0).any(), (x > -50).all(), (x[:500] * 1e-3 + 1).prod(),
+            e / e.sum())
+
+
+@pytest.mark.parametrize("nan", [False, True])
+@pytest.mark.parametrize("size", [3, 1000, 40000])
+def test_whole_tensor_reductions_and_row_loops_split_across_threads(cpp_parallel, size, nan):
+    torch.manual_seed(0)
+    x, n = torch.randn(size), torch.randint(-5, 5, (size,))
+    if nan:
+        x[size // 2] = float("nan")
+    compiled = cpp_parallel.with_options(vectorize=True).check(_whole, x, n, rtol=1e-5, atol=1e-6)
+    assert "// scalar loop" not in compiled.source, compiled.source
+    assert "// split in 64 chunks across threads" in compiled.source
+    assert "#pragma omp parallel for if(" in compiled.source  # the softmax's row loops
+
+
+def test_an_argmax_split_across_threads_stays_scalar_and_says_why(cpp_parallel):
+    compiled = cpp_parallel.with_options(vectorize=True).check(lambda x: x.argmax(), torch.randn(1000))
+    assert "// scalar loop: not vectorized: a argmax reduction split across threads" in compiled.source

@@ -25,17 +25,13 @@ from .options import CppOptions
 from .printer import cpp_expr
 from .reduction_source import reduction_lines
 from .vector_layer import VECTOR_LAYER
+from .vector_loops import indent, split_reduction_lines, vector_loop, vector_reduction_loop
 from .vector_math import VECTOR_MATH
-from .vector_reduction_source import PARTS
 from .vector_source import CppVectorHandler, NotVectorizable
 
 
 def loop(var: sympy.Symbol, extent: sympy.Expr) -> str:
     return f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; ++{var})"
-
-
-def indent(lines: list[str], depth: int) -> list[str]:
-    return ["    " * depth + line for line in lines]
 
 
 def _node_comment(node: ComputedBuffer, in_register: bool) -> str:
@@ -58,36 +54,6 @@ def _single_outer_point(kernel: Kernel) -> bool:
     return all(r == 1 for r in kernel.ranges)
 
 
-def _vector_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str]) -> list[str]:
-    """A loop as vector code: whole vectors, then the tail as one partial vector (the same
-    statements: loads and stores move `active` elements, a reduction ignores the other lanes)."""
-    end, extent_text = f"kiln::vector_end({cpp_expr(extent)})", cpp_expr(extent)
-    return [f"for (int64_t {var} = 0; {var} < {end}; {var} += KILN_LANES) {{  // vector code",
-            "    constexpr int64_t active = KILN_LANES;", *indent(body, 1), "}",
-            f"if ({end} < {extent_text}) {{  // the tail: one partial vector",
-            f"    const int64_t {var} = {end}, active = {extent_text} - {var};", *indent(body, 1), "}"]
-
-
-def _vector_reduction_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str]) -> list[str]:
-    """A reduction loop as vector code with PARTS accumulators: each iteration of the main
-    loop runs `body` on PARTS consecutive vectors, vector `k` into accumulator `part` k; the
-    whole vectors left over, then the tail, go to accumulator 0."""
-    n = cpp_expr(extent)
-    block, end = f"{var}_block", f"kiln::vector_end({n})"
-    blocks_end = f"({n} - {n} % ({PARTS} * KILN_LANES))"
-    lines = [f"for (int64_t {block} = 0; {block} < {blocks_end}; {block} += {PARTS} * KILN_LANES) {{"
-             f"  // vector code, {PARTS} accumulators"]
-    for part in range(PARTS):
-        lines += indent(["{", f"    constexpr int part = {part};", "    constexpr int64_t active = KILN_LANES;",
-                         f"    const int64_t {var} = {block} + {part} * KILN_LANES;", *indent(body, 1), "}"], 1)
-    lines += ["}", f"for (int64_t {var} = {blocks_end}; {var} < {end}; {var} += KILN_LANES) {{  // vector code",
-              "    constexpr int part = 0;", "    constexpr int64_t active = KILN_LANES;", *indent(body, 1), "}",
-              f"if ({end} < {n}) {{  // the tail: one partial vector",
-              f"    const int64_t {var} = {end}, active = {n} - {var};", "    constexpr int part = 0;",
-              *indent(body, 1), "}"]
-    return lines
-
-
 def _loop_nest(rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], body: list[str],
                innermost_pragma: str | None, vector: bool, reduction: bool = False) -> list[str]:
     """Loops over `ranges`; the innermost one is vector code (a reduction's with PARTS
@@ -97,9 +63,9 @@ def _loop_nest(rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], body
         if depth < len(rvars) - 1:
             lines += indent([loop(var, extent) + " {"], depth)
         elif vector and reduction:
-            lines += indent(_vector_reduction_loop(var, extent, body), depth)
+            lines += indent(vector_reduction_loop(var, extent, body), depth)
         elif vector:
-            lines += indent(_vector_loop(var, extent, body), depth)
+            lines += indent(vector_loop(var, extent, body), depth)
         else:
             lines += indent([innermost_pragma] if innermost_pragma else [], depth)
             lines += indent([loop(var, extent) + " {"] + indent(body, 1) + ["}"], depth)
@@ -114,16 +80,19 @@ def _row_lines(walker: KernelWalker, node: ComputedBuffer, options: CppOptions) 
     rvars = index_vars(len(kernel.row_ranges), "r")
     vector = isinstance(walker.handler, CppVectorHandler)
     if vector:
-        if _single_outer_point(kernel) and options.openmp:
-            raise NotVectorizable("a row loop split across threads")
         walker.handler.lane_var = rvars[-1]
     with walker.row_loop(node) as body:
         walker.run(node)
     where = " (row loop, scratch row)" if node.name in walker.handler.row_temporaries else " (row loop)"
     pragma = "#pragma omp simd"
-    if len(rvars) == 1 and _single_outer_point(kernel) and options.openmp:
-        clause = parallel_if(kernel.row_ranges, options)
-        pragma = pragma if clause is None else f"#pragma omp parallel for simd{clause}"
+    clause = parallel_if(kernel.row_ranges, options) if _single_outer_point(kernel) and options.openmp else None
+    if vector:  # the outermost row loop is split across threads (its tail, if vector code, is not)
+        lines = _loop_nest(rvars, kernel.row_ranges, body, None, True)
+        if clause is not None:
+            lines.insert(0, f"#pragma omp parallel for{clause}")
+        return [_node_comment(node, False) + where] + lines
+    if len(rvars) == 1 and clause is not None:
+        pragma = f"#pragma omp parallel for simd{clause}"
     return [_node_comment(node, False) + where] + _loop_nest(rvars, kernel.row_ranges, body, pragma, vector)
 
 
@@ -151,12 +120,16 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
             walker.run(node)
         return [comment] + reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options,
                                            False) + parts.after
+    split = vector and parallel_reduction and options.openmp
     if vector:
-        if parallel_reduction and options.openmp:
-            raise NotVectorizable("a reduction split across threads")
         handler.lane_var = rvars[-1]
     with walker.reduction(node) as parts:
         walker.run(node)
+    if split:
+        red = handler.pending_reduction
+        if len(rvars) != 1 or not red.combine:
+            raise NotVectorizable(f"a {red.reduction_type} reduction split across threads")
+        return [comment] + split_reduction_lines(red, parts.after, rvars[0], node.reduction_ranges[0], options)
     if vector:
         red = handler.pending_reduction
         loops = list(red.declarations) + _loop_nest(rvars, node.reduction_ranges, list(red.body), None, True,
@@ -263,7 +236,7 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     ivars = index_vars(len(kernel.ranges))
     body, handler, why_scalar = _kernel_body(kernel, options)
     # the innermost outer loop is vector code
-    vector_loop = not why_scalar and (_pointwise_only(kernel) or getattr(handler, "across_outputs", False))
+    outer_vector_loop = not why_scalar and (_pointwise_only(kernel) or getattr(handler, "across_outputs", False))
     lines = _signature(kernel, bool(handler.checks))
     if why_scalar:
         lines.append(f"    // scalar loop: {why_scalar}")
@@ -285,7 +258,7 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
         innermost = pos == len(ivars) - 1
         # A pointwise loop that is not vector code is still marked simd (iterations are
         # independent); GCC may vectorize it, nothing relies on it.
-        simd = pointwise and innermost and not vector_loop
+        simd = pointwise and innermost and not outer_vector_loop
         if pos == 0 and clause is not None:
             construct = "parallel for simd" if simd else "parallel for"
             if per_thread:
@@ -296,12 +269,12 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
                 lines += indent([f"#pragma omp {construct}{clause}"], depth)
         elif simd:
             lines += indent(["#pragma omp simd"], depth)
-        if innermost and vector_loop:
-            lines += indent(_vector_loop(var, extent, body), depth)
+        if innermost and outer_vector_loop:
+            lines += indent(vector_loop(var, extent, body), depth)
         else:
             lines += indent([loop(var, extent) + " {"], depth)
             depth += 1
-    if not vector_loop:
+    if not outer_vector_loop:
         lines += indent(body, depth)
     for d in range(depth - 1, 0, -1):
         lines += indent(["}"], d)

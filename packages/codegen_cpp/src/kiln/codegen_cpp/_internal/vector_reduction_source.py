@@ -15,6 +15,7 @@ them), and the folds break ties by the lower position, so the result is eager's 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from .reduction_source import PendingReduction, lowest_first
@@ -54,7 +55,8 @@ def _sum_or_product(name: str, reduction_type: str, ctype: str, value: str) -> P
         result = f"sum_{name}"
         finish.append(f"float {result} = static_cast<float>({acc});")
     return PendingReduction(reduction_type, (_declare(vector, vacc, f"kiln::splat<{vector}>({identity})"),),
-                            (f"{vacc}[part] = {vacc}[part] {op} {element};",), tuple(finish), "", result)
+                            (f"{vacc}[part] = {vacc}[part] {op} {element};",), tuple(finish), "", result,
+                            acc, "double" if ctype == "float" and op == "+" else ctype, 1, f"({{}} {op} {{}})")
 
 
 def _extremum(name: str, reduction_type: str, ctype: str, value: str) -> PendingReduction:
@@ -67,7 +69,7 @@ def _extremum(name: str, reduction_type: str, ctype: str, value: str) -> Pending
         update = [f"{vacc}[part] = {vacc}[part] {op} kiln::active_or({value}, {fill}, active);"]
         finish = [f"bool {acc} = kiln::reduce_{'or' if op == '|' else 'and'}({_tree('({} ' + op + ' {})', _parts(vacc))}) != 0;"]
         return PendingReduction(reduction_type, (_declare(vector, vacc, f"kiln::splat<kiln::vmask>({fill})"),),
-                                tuple(update), tuple(finish), "", acc)
+                                tuple(update), tuple(finish), "", acc, acc, "bool", 1, f"({{}} {op}{op} {{}})")
     # A compare-select per lane, NaNs noted apart (a short dependency chain).
     compare = ">" if reduction_type == "max" else "<"
     element = f"vnext_{name}"
@@ -81,7 +83,8 @@ def _extremum(name: str, reduction_type: str, ctype: str, value: str) -> Pending
         declarations.append(_declare("kiln::vmask", nan, "kiln::vmask{}") + "  // lanes that saw a NaN")
         update.append(f"{nan}[part] = {nan}[part] | kiln::mask({element} != {element});")
         finish.append(f"if (kiln::any({_tree('({} | {})', _parts(nan))})) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();")
-    return PendingReduction(reduction_type, tuple(declarations), tuple(update), tuple(finish), "", acc)
+    return PendingReduction(reduction_type, tuple(declarations), tuple(update), tuple(finish), "", acc, acc, ctype,
+                            len(finish), f"kiln_{reduction_type}({{}}, {{}})")
 
 
 def _arg_extremum(name: str, reduction_type: str, ctype: str, value: str, position: str) -> PendingReduction:
@@ -118,8 +121,7 @@ def start_vector_reduction(name: str, reduction_type: str, ctype: str, value: st
         pending = _extremum(name, reduction_type, ctype, value)
     if pending is None:
         return None
-    return PendingReduction(pending.reduction_type, pending.declarations, (*body, *pending.body), pending.finish,
-                            pending.clauses, pending.result)
+    return dataclasses.replace(pending, body=(*body, *pending.body))
 
 
 def start_lanewise_reduction(name: str, reduction_type: str, ctype: str, value: str | tuple[str, str],
