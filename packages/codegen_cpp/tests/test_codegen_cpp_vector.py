@@ -121,11 +121,33 @@ GUARDED = {
     "bias add, log1p, expm1, log, sqrt": (
         lambda x, b: torch.log1p(torch.relu(x + b)) + torch.expm1(-x.abs()) + torch.log(x * x + 1).sqrt(),
         (torch.randn(64, 256), torch.randn(256))),
+    "gelu (tanh)": (lambda x: 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))),
+                    (torch.randn(64, 256),)),
+    "rotary sin/cos, exp2, log2, pow": (
+        lambda x, y: torch.sin(x) * y + torch.cos(x) + torch.exp2(y) - torch.log2(x.abs() + 1) + x.abs().pow(y),
+        (torch.randn(64, 256), torch.randn(64, 256))),
+    "float64 chain": (lambda x: torch.exp(x) * torch.sigmoid(x) + torch.tanh(x) - torch.log1p(x.abs()),
+                      (torch.randn(64, 256, dtype=torch.float64),)),
 }
 ROWS = {
     "softmax": (_softmax, (torch.randn(64, 250),)),
     "sum and amax of rows": (lambda x: (x.sum(-1), x.amax(-1), x.double().amin(-1)), (torch.randn(64, 250),)),
     "layer norm": (_layer_norm, (torch.randn(64, 256), torch.randn(256), torch.randn(256))),
+    "log softmax": (lambda x: x - x.amax(-1, keepdim=True) - (x - x.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True).log(),
+                    (torch.randn(64, 250),)),
+    "rmsnorm": (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                (torch.randn(64, 256), torch.randn(256))),
+    "var_mean (two passes)": (lambda x: (((x - x.mean(-1, keepdim=True)) ** 2).sum(-1) / 255, x.mean(-1)),
+                              (torch.randn(64, 256),)),
+    "argmax, argmin, prod, any": (lambda x: (x.argmax(-1), x.argmin(-1), (x * 0.1 + 1).prod(-1), (x > 2).any(-1)),
+                                  (torch.randn(64, 256),)),
+    "whole-tensor sum (split across threads)": (lambda x: ((x - 1) ** 2).sum() / x.numel(), (torch.randn(256, 256),)),
+}
+# Reductions over an outer (or transposed) dim: vector code across the outputs, no lane fold.
+OUTER = {
+    "sum and amax over dim 0": (lambda x: (x.sum(0), x.amax(0)), (torch.randn(64, 256),)),
+    "mean over a transposed input": (lambda x: x.t().mean(-1), (torch.randn(64, 256),)),
+    "batch-norm-like statistics over dims 0 and 2": (lambda x: x.mean((0, 2)), (torch.randn(8, 64, 32),)),
 }
 
 
@@ -144,6 +166,14 @@ def test_hot_row_loops_and_reductions_use_the_vector_layer(cpp, name, row_tempor
     compiled = cpp.check(fn, *args, row_temporaries=row_temporaries, atol=1e-5, rtol=1e-5)
     assert not vector_guard_failures(compiled.source)
     assert "kiln::reduce_" in compiled.source
+
+
+@pytest.mark.parametrize("name", list(OUTER))
+def test_hot_outer_dim_reductions_use_the_vector_layer(cpp, name):
+    fn, args = OUTER[name]
+    compiled = cpp.check(fn, *args, atol=1e-5, rtol=1e-5)
+    assert not vector_guard_failures(compiled.source)
+    assert "// vector code" in compiled.source
 
 
 def test_row_reductions_keep_eager_nan_semantics_and_float64_accumulation(cpp):

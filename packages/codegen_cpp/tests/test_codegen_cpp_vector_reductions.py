@@ -105,3 +105,14 @@ def test_whole_tensor_reductions_and_row_loops_split_across_threads(cpp_parallel
 def test_an_argmax_split_across_threads_stays_scalar_and_says_why(cpp_parallel):
     compiled = cpp_parallel.with_options(vectorize=True).check(lambda x: x.argmax(), torch.randn(1000))
     assert "// scalar loop: not vectorized: a argmax reduction split across threads" in compiled.source
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (70, 33), (300, 200)])
+def test_whole_tensor_reductions_of_several_dims_split_across_threads(cpp_parallel, shape):
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    x[shape[0] // 2, shape[1] // 3] = float("nan")
+    compiled = cpp_parallel.with_options(vectorize=True).check(
+        lambda x: (x.sum(), x.amax(), (torch.where(x == x, x, 0.0) ** 2).mean(), (x > 3).any()), x, rtol=1e-5, atol=1e-6)
+    assert "// scalar loop" not in compiled.source, compiled.source
+    assert "// split in 64 chunks across threads" in compiled.source

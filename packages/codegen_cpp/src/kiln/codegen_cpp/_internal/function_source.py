@@ -127,9 +127,9 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
         walker.run(node)
     if split:
         red = handler.pending_reduction
-        if len(rvars) != 1 or not red.combine:
+        if not red.combine:
             raise NotVectorizable(f"a {red.reduction_type} reduction split across threads")
-        return [comment] + split_reduction_lines(red, parts.after, rvars[0], node.reduction_ranges[0], options)
+        return [comment] + split_reduction_lines(red, parts.after, rvars, node.reduction_ranges, options)
     if vector:
         red = handler.pending_reduction
         loops = list(red.declarations) + _loop_nest(rvars, node.reduction_ranges, list(red.body), None, True,

@@ -8,6 +8,8 @@ that many elements, reductions ignore the other lanes).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sympy
 
 from .options import CppOptions
@@ -64,27 +66,36 @@ def vector_reduction_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str]
     return lines
 
 
-def split_reduction_lines(red: PendingReduction, after: list[str], var: sympy.Symbol, extent: sympy.Expr,
-                          options: CppOptions) -> list[str]:
-    """A one-dim vector reduction of a kernel without outer loop, split in CHUNKS chunks
-    across threads (when it is large enough): each chunk reduces to a partial result, then
-    the partials are combined in chunk order. `after` is what follows the reduction loop
-    (it starts with `red.finish`)."""
+def split_reduction_lines(red: PendingReduction, after: list[str], rvars: Sequence[sympy.Symbol],
+                          ranges: Sequence[sympy.Expr], options: CppOptions) -> list[str]:
+    """A vector reduction of a kernel without outer loop, its outermost reduction loop split
+    in CHUNKS chunks across threads (when the reduction is large enough): each chunk reduces to
+    a partial result, then the partials are combined in chunk order. `after` is what follows
+    the reduction loops (it starts with `red.finish`)."""
     assert tuple(after[:len(red.finish)]) == red.finish, "the fold must follow the reduction loop"
     fold, rest = list(red.finish[:red.fold_lines]), after[red.fold_lines:]
-    n, name = cpp_expr(extent), red.partial
+    n, name, var = cpp_expr(ranges[0]), red.partial, rvars[0]
     chunk_len = f"kiln_chunk_{name}"
     lo, hi = f"{var}_lo", f"{var}_hi"
-    step = f"{PARTS} * KILN_LANES"
+    if len(rvars) == 1:  # chunks of whole vector blocks
+        step = f"{PARTS} * KILN_LANES"
+        loops = vector_reduction_loop(var, ranges[0], list(red.body), lo, hi)
+    else:  # chunks of the outermost loop, vector code innermost
+        step = "1"
+        inner = vector_reduction_loop(rvars[-1], ranges[-1], list(red.body))
+        for depth in range(len(rvars) - 2, 0, -1):
+            inner = [f"for (int64_t {rvars[depth]} = 0; {rvars[depth]} < {cpp_expr(ranges[depth])}; "
+                     f"++{rvars[depth]}) {{", *indent(inner, 1), "}"]
+        loops = [f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var}) {{", *indent(inner, 1), "}"]
     loop_body = [f"const int64_t {lo} = std::min<int64_t>({n}, kiln_chunk * {chunk_len});",
                  f"const int64_t {hi} = std::min<int64_t>({n}, {lo} + {chunk_len});",
-                 *red.declarations, *vector_reduction_loop(var, extent, list(red.body), lo, hi), *fold,
-                 f"partials_{name}[kiln_chunk] = {name};"]
+                 *red.declarations, *loops, *fold, f"partials_{name}[kiln_chunk] = {name};"]
+    numel = " * ".join(f"({cpp_expr(e)})" for e in ranges)
     combined = red.combine.format(name, f"partials_{name}[kiln_chunk]")
     return [f"// split in {CHUNKS} chunks across threads, combined in chunk order",
             f"{red.partial_type} partials_{name}[{CHUNKS}];",
             f"const int64_t {chunk_len} = (({n} + {CHUNKS - 1}) / {CHUNKS} + {step} - 1) / ({step}) * ({step});",
-            f"#pragma omp parallel for if(parallel: ({n}) >= {options.parallel_threshold})",
+            f"#pragma omp parallel for if(parallel: {numel} >= {options.parallel_threshold})",
             f"for (int64_t kiln_chunk = 0; kiln_chunk < {CHUNKS}; ++kiln_chunk) {{", *indent(loop_body, 1), "}",
             f"{red.partial_type} {name} = partials_{name}[0];",
             f"for (int64_t kiln_chunk = 1; kiln_chunk < {CHUNKS}; ++kiln_chunk) {name} = {combined};",
