@@ -4,9 +4,13 @@ that hot loops use kiln's vector layer (checked on the generated source, not by 
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln import codegen_cpp, loopir
 
 # Widths of the SIMD layer: no SIMD (one lane), SSE/NEON, AVX2, AVX-512. -DKILN_VECTOR_BYTES
 # compiles each on this host; GCC splits vectors wider than the host's registers.
@@ -60,13 +64,34 @@ def test_loop_invariant_values_are_broadcast(cpp):
 
 
 @pytest.mark.parametrize(("fn", "args", "reason"), [
-    (lambda x: x.t() + 1, (torch.randn(16, 24),), "non-contiguous access"),
+    (lambda x: x[::2] * 2, (torch.randn(64),), "non-contiguous access"),  # 1-D: nothing to tile
     (lambda x, i: x[i] * 2, (torch.randn(10, 16), torch.tensor([3, 1, 4, 1])), "indirect"),
     (lambda x: torch.atan(x), (torch.randn(4, 16),), "atan has no vector version"),
 ])
 def test_kernels_that_stay_scalar_say_why(cpp, fn, args, reason):
     compiled = cpp.check(fn, *args)
     assert re.search(rf"// scalar loop: not vectorized: .*{reason}", compiled.source), compiled.source
+
+
+def _permutes(x, y, n, flags):
+    return (x.t() + 1, x.t().contiguous() * 2, (x.t().contiguous() + y).t(), n.t().contiguous() - 1,
+            flags.t().contiguous() | (x.t() > 0).contiguous())
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("shape", [(5, 7), (37, 19), (64, 40)])
+def test_transposes_are_vector_code_in_2d_tiles_or_reordered_loops(cpp, width, shape):
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    args = (x, torch.randn(shape[::-1]), torch.randint(-9, 9, shape), torch.rand(shape) > 0.5)
+    compiled = cpp.with_options(flags=(*cpp.options.flags, f"-DKILN_VECTOR_BYTES={width}")).check(_permutes, *args)
+    assert "// scalar loop" not in compiled.source, compiled.source
+    assert "kiln::load_strided(" in compiled.source and "_tile += 16" in compiled.source
+
+
+def test_a_permute_of_three_dims_is_vector_code(cpp):
+    compiled = cpp.check(lambda x: x.permute(2, 0, 1).contiguous() + 1, torch.randn(6, 20, 36))
+    assert "// scalar loop" not in compiled.source and "// vector code" in compiled.source
 
 
 # -- the regression guard ----------------------------------------------------------------------
@@ -148,6 +173,8 @@ OUTER = {
     "sum and amax over dim 0": (lambda x: (x.sum(0), x.amax(0)), (torch.randn(64, 256),)),
     "mean over a transposed input": (lambda x: x.t().mean(-1), (torch.randn(64, 256),)),
     "batch-norm-like statistics over dims 0 and 2": (lambda x: x.mean((0, 2)), (torch.randn(8, 64, 32),)),
+    "transposed add (2-D tiles)": (lambda x, y: x.t().contiguous() + y, (torch.randn(64, 256), torch.randn(256, 64))),
+    "transposed output (loops reordered)": (lambda x: x.t() * 2 + 1, (torch.randn(64, 256),)),
 }
 
 
@@ -194,3 +221,30 @@ def test_the_guard_catches_a_scalar_loop_and_scalar_math():
     assert not vector_guard_failures(source.replace("std::exp", "kiln::exp"))
     nested = "for (...) {  // vector code, 4 accumulators\n    {\n        x;\n    }\n    {\n        y = expf(x);\n    }\n}\n"
     assert vector_guard_failures(nested) == ["scalar math in vector code: y = expf(x);"]
+
+
+def _host_has(flag: str) -> bool:
+    try:
+        return flag in open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _host_has("avx2") or not _host_has("fma"), reason="reads x86 AVX2/FMA assembly")
+@pytest.mark.parametrize("name", ["the benchmark's pointwise chain", "gelu (erf) and silu"])
+def test_vector_loops_compile_to_packed_fma_code_without_calls(tmp_path, name):
+    """The assembly of the hot loops (deterministic, unlike a timing): packed arithmetic, fused
+    multiply-adds, and no call at all (no libm, no outlined helper) in the kernel."""
+    fn, args = GUARDED[name]
+    options = codegen_cpp.CppOptions(cache_dir=tmp_path, vectorize=True, openmp=False)
+    source = codegen_cpp.generate(loopir.lower(make_fx(fn)(*args)), options)
+    asm = subprocess.run([options.compiler, *options.flags, "-fopenmp-simd", "-S", "-o", "-", "-x", "c++", "-"],
+                         input=source, capture_output=True, text=True, check=True).stdout
+    kernel = asm[asm.index("kernel0:"):]
+    kernel = kernel[:kernel.index(".cfi_endproc")]
+    instructions = [line.split()[0] for line in kernel.splitlines() if line.startswith("\t") and line.split()
+                    and not line.startswith("\t.")]
+    assert "call" not in instructions
+    assert any(i.startswith("vfmadd") or i.startswith("vfnmadd") for i in instructions)
+    packed = [i for i in instructions if re.fullmatch(r"v\w+p[sd]", i)]
+    assert len(packed) > 30, instructions

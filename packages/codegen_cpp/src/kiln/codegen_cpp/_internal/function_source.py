@@ -54,6 +54,9 @@ def _single_outer_point(kernel: Kernel) -> bool:
     return all(r == 1 for r in kernel.ranges)
 
 
+TILE = 16  # rows of a transposing kernel's 2-D tile
+
+
 def _loop_nest(rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], body: list[str],
                innermost_pragma: str | None, vector: bool, reduction: bool = False) -> list[str]:
     """Loops over `ranges`; the innermost one is vector code (a reduction's with PARTS
@@ -109,13 +112,13 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
     lanes_outside = vector and (_pointwise_only(walker.kernel) or handler.across_outputs)
     if kind == "pointwise":
         if vector:  # vector code only where the kernel's innermost loop is the vector loop
-            handler.lane_var = index_vars(len(walker.kernel.ranges))[-1] if lanes_outside else None
+            handler.lane_var = handler.lane_loop if lanes_outside else None
         with walker.pointwise(node) as body:
             walker.run(node)
         return [comment] + body
     rvars = walker.kernel.placement(node)[1]
     if lanes_outside:  # each lane reduces for its own output: scalar reduction loops around vector code
-        handler.lane_var = index_vars(len(walker.kernel.ranges))[-1]
+        handler.lane_var = handler.lane_loop
         with walker.reduction(node) as parts:
             walker.run(node)
         return [comment] + reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options,
@@ -170,7 +173,8 @@ def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHan
     why = _why_scalar(kernel, options)
     if not why:
         try:
-            return _node_statements(kernel, options, CppVectorHandler(kernel)) + ("",)
+            strided = _pointwise_only(kernel) and len(kernel.ranges) >= 2  # transposes: tiled
+            return _node_statements(kernel, options, CppVectorHandler(kernel, strided_loads=strided)) + ("",)
         except NotVectorizable as exc:
             why = f"not vectorized: {exc}"
         if _reduces_outer_dims(kernel):  # lanes across the outputs instead
@@ -178,7 +182,26 @@ def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHan
                 return _node_statements(kernel, options, CppVectorHandler(kernel, across_outputs=True)) + ("",)
             except NotVectorizable as exc:
                 why += f"; nor across its outputs: {exc}"
+        for var in _other_lane_loops(kernel):  # a transposed store: the lanes along another dim
+            try:
+                handler = CppVectorHandler(kernel, strided_loads=True, lane_loop=var)
+                return _node_statements(kernel, options, handler) + ("",)
+            except NotVectorizable:
+                pass
     return _node_statements(kernel, options, CppHandler(kernel)) + (why,)
+
+
+def _other_lane_loops(kernel: Kernel) -> list[sympy.Symbol]:
+    """The outer loops of a pointwise kernel, other than the innermost one, that could be its
+    vector loop (the loop order is free), innermost first."""
+    if not _pointwise_only(kernel):
+        return []
+    found = []
+    for var, extent in zip(index_vars(len(kernel.ranges))[:-1], kernel.ranges[:-1]):
+        extent = sympy.sympify(extent)
+        if not (extent.is_Integer and int(extent) < 4):
+            found.append(var)
+    return found[::-1]
 
 
 def _reduces_outer_dims(kernel: Kernel) -> bool:
@@ -236,7 +259,8 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     ivars = index_vars(len(kernel.ranges))
     body, handler, why_scalar = _kernel_body(kernel, options)
     # the innermost outer loop is vector code
-    outer_vector_loop = not why_scalar and (_pointwise_only(kernel) or getattr(handler, "across_outputs", False))
+    vector = isinstance(handler, CppVectorHandler)
+    outer_vector_loop = vector and not why_scalar and (_pointwise_only(kernel) or handler.across_outputs)
     lines = _signature(kernel, bool(handler.checks))
     if why_scalar:
         lines.append(f"    // scalar loop: {why_scalar}")
@@ -254,8 +278,19 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     per_thread = bool(scratch) and clause is not None
     if scratch and not per_thread:
         lines += indent(scratch, depth)
-    for pos, (var, extent) in enumerate(zip(ivars, kernel.ranges)):
+    # Transposed reads (lane-strided loads): the loop around the vector loop goes by tiles of
+    # TILE, and runs inside it, so a TILE x KILN_LANES block is read and written at a time.
+    tiled = outer_vector_loop and handler.strided_loads
+    loops = list(zip(ivars, kernel.ranges))
+    if vector and ivars and handler.lane_loop != ivars[-1]:  # the vector loop goes innermost
+        loops = [(v, e) for v, e in loops if v != handler.lane_loop] + [(ivars[-1], 0)]
+        loops[-1] = next((v, e) for v, e in zip(ivars, kernel.ranges) if v == handler.lane_loop)
+    for pos, (var, extent) in enumerate(loops):
         innermost = pos == len(ivars) - 1
+        if tiled and pos == len(ivars) - 2:
+            body = [f"for (int64_t {var} = {var}_tile; {var} < std::min<int64_t>({cpp_expr(extent)}, {var}_tile + "
+                    f"{TILE}); ++{var}) {{", *indent(body, 1), "}"]
+            var = sympy.Symbol(f"{var}_tile")
         # A pointwise loop that is not vector code is still marked simd (iterations are
         # independent); GCC may vectorize it, nothing relies on it.
         simd = pointwise and innermost and not outer_vector_loop
@@ -271,6 +306,9 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
             lines += indent(["#pragma omp simd"], depth)
         if innermost and outer_vector_loop:
             lines += indent(vector_loop(var, extent, body), depth)
+        elif tiled and pos == len(ivars) - 2:
+            lines += indent([f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; {var} += {TILE}) {{"], depth)
+            depth += 1
         else:
             lines += indent([loop(var, extent) + " {"], depth)
             depth += 1

@@ -66,6 +66,20 @@ static inline vmask load(const bool* p, int64_t n) { return __builtin_convertvec
 template <typename T, typename V> static inline void store(T* p, V v, int64_t n) { std::memcpy(p, &v, n * sizeof(T)); }
 static inline void store(bool* p, vmask m, int64_t n) { store(p, __builtin_convertvector(m & 1, vu8), n); }
 
+// Elements p[0], p[stride], ..., of which the first n are read (a transposed read).
+template <typename T> static inline auto load_strided(const T* p, int64_t stride, int64_t n) {
+    T lanes[KILN_LANES] = {};
+    for (int64_t k = 0; k < n; ++k) lanes[k] = p[k * stride];
+    return load(lanes);
+}
+
+// Stores the first n lanes of v at p[0], p[stride], ... (a transposed write).
+template <typename T, typename V> static inline void store_strided(T* p, int64_t stride, V v, int64_t n) {
+    T lanes[KILN_LANES];
+    store(lanes, v);
+    for (int64_t k = 0; k < n; ++k) p[k * stride] = lanes[k];
+}
+
 // A loop-invariant scalar in every lane; lane k of a ramp is start + k * step.
 template <typename V, typename S> static inline V splat(S s) {
     using E = std::remove_reference_t<decltype(std::declval<V>()[0])>;
