@@ -116,3 +116,14 @@ def test_whole_tensor_reductions_of_several_dims_split_across_threads(cpp_parall
         lambda x: (x.sum(), x.amax(), (torch.where(x == x, x, 0.0) ** 2).mean(), (x > 3).any()), x, rtol=1e-5, atol=1e-6)
     assert "// scalar loop" not in compiled.source, compiled.source
     assert "// split in 64 chunks across threads" in compiled.source
+
+
+def test_a_reduction_of_a_0d_tensor_stays_scalar_and_says_why(cpp):
+    compiled = cpp.check(lambda x: (x.sum(), x.amax(), x.mean(), x + 1), torch.tensor(2.5))
+    assert "// scalar loop: not vectorized: a reduction over no dim" in compiled.source
+
+
+def test_empty_reductions_on_the_vector_path(cpp, cpp_parallel):
+    for builder in (cpp, cpp_parallel.with_options(vectorize=True)):
+        builder.check(lambda x: (x.sum(1), x.sum(), x.mean(0), x.sum(0), x.amax(1)), torch.randn(0, 4))
+        builder.check(lambda x: (x.sum(0), x.sum(), x.prod(1)), torch.randn(3, 0))

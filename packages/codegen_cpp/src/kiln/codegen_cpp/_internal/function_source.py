@@ -125,6 +125,8 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
                                            False) + parts.after
     split = vector and parallel_reduction and options.openmp
     if vector:
+        if not rvars:
+            raise NotVectorizable("a reduction over no dim (a 0-d input)")
         handler.lane_var = rvars[-1]
     with walker.reduction(node) as parts:
         walker.run(node)
