@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import tempfile
 
@@ -49,9 +50,15 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--suite", default="all", choices=["micro", "models", "all"],
                         help="micro: small graphs; models: Hugging Face BERT/GPT-2/Llama from configs")
+    parser.add_argument("--cpp-vectorize", choices=["default", "on", "off"], default="default",
+                        help="the C++ codegen's explicit vector code (CppOptions.vectorize, through "
+                             "KILN_CPP_VECTORIZE): compare `on` with `off` in two runs")
     options = parser.parse_args()
+    if options.cpp_vectorize != "default":
+        os.environ["KILN_CPP_VECTORIZE"] = "1" if options.cpp_vectorize == "on" else "0"
     where = torch.cuda.get_device_name() if options.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
-    print(f"torch {torch.__version__}, {where}")
+    vectorize = os.environ.get("KILN_CPP_VECTORIZE") or "the default"
+    print(f"torch {torch.__version__}, {where}, C++ vectorize: {vectorize}")
     rows = []
     with torch.no_grad():
         chosen = []

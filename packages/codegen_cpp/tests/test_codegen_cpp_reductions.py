@@ -5,9 +5,22 @@ from __future__ import annotations
 import math
 import re
 
+import pytest
 import torch
 
 NAN = math.nan
+
+
+# These tests read the scalar path's OpenMP pragmas; the vector path's reductions are
+# test_codegen_cpp_vector_reductions.py's (the semantics checked there are the same).
+@pytest.fixture
+def cpp(cpp):
+    return cpp.with_options(vectorize=False)
+
+
+@pytest.fixture
+def cpp_parallel(cpp_parallel):
+    return cpp_parallel.with_options(vectorize=False)
 
 
 def _with_nan(shape, positions, seed=0):

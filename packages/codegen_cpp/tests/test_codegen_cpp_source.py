@@ -142,8 +142,8 @@ def test_libmvec_declarations_and_simd_pragmas_of_scalar_loops(tmp_path, vector_
 
 def test_one_dimensional_pointwise_loop_is_parallel_simd_or_vector_code(tmp_path):
     kg = loopir.lower(make_fx(_gate)(torch.randn(100)))
-    source = codegen_cpp.generate(kg, codegen_cpp.CppOptions(cache_dir=tmp_path, parallel_threshold=0))
-    assert "#pragma omp parallel for simd\n" in source  # the default: scalar, marked simd
+    source = codegen_cpp.generate(kg, codegen_cpp.CppOptions(cache_dir=tmp_path, parallel_threshold=0, vectorize=False))
+    assert "#pragma omp parallel for simd\n" in source  # scalar, marked simd
     source = codegen_cpp.generate(kg, codegen_cpp.CppOptions(cache_dir=tmp_path, parallel_threshold=0, vectorize=True))
     assert re.search(r"#pragma omp parallel for\n *for \(int64_t i0 = 0; i0 < kiln::vector_end\(100\); "
                      r"i0 \+= KILN_LANES\)", source)
@@ -153,7 +153,7 @@ def test_parallel_if_clause_only_where_sizes_are_unknown(tmp_path):
     """Known sizes decide at generation time: below the threshold the loop is no parallel
     construct (GCC 12 leaves the loop of a `parallel for simd if(0)` scalar), above it has no
     `if`; symbolic sizes keep the run-time clause."""
-    options = codegen_cpp.CppOptions(cache_dir=tmp_path, parallel_threshold=1000)
+    options = codegen_cpp.CppOptions(cache_dir=tmp_path, parallel_threshold=1000, vectorize=False)
     small = codegen_cpp.generate(loopir.lower(make_fx(_gate)(torch.randn(10, 99))), options)
     assert "omp parallel" not in small and "#pragma omp simd\n" in small
     large = codegen_cpp.generate(loopir.lower(make_fx(_gate)(torch.randn(10, 100))), options)

@@ -25,16 +25,13 @@ from .options import CppOptions
 from .printer import cpp_expr
 from .reduction_source import reduction_lines
 from .vector_layer import VECTOR_LAYER
+from .vector_loops import indent, split_reduction_lines, vector_loop, vector_reduction_loop
 from .vector_math import VECTOR_MATH
 from .vector_source import CppVectorHandler, NotVectorizable
 
 
 def loop(var: sympy.Symbol, extent: sympy.Expr) -> str:
     return f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; ++{var})"
-
-
-def indent(lines: list[str], depth: int) -> list[str]:
-    return ["    " * depth + line for line in lines]
 
 
 def _node_comment(node: ComputedBuffer, in_register: bool) -> str:
@@ -57,25 +54,21 @@ def _single_outer_point(kernel: Kernel) -> bool:
     return all(r == 1 for r in kernel.ranges)
 
 
-def _vector_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str]) -> list[str]:
-    """A loop as vector code: whole vectors, then the tail as one partial vector (the same
-    statements: loads and stores move `active` elements, a reduction ignores the other lanes)."""
-    end, extent_text = f"kiln::vector_end({cpp_expr(extent)})", cpp_expr(extent)
-    return [f"for (int64_t {var} = 0; {var} < {end}; {var} += KILN_LANES) {{  // vector code",
-            "    constexpr int64_t active = KILN_LANES;", *indent(body, 1), "}",
-            f"if ({end} < {extent_text}) {{  // the tail: one partial vector",
-            f"    const int64_t {var} = {end}, active = {extent_text} - {var};", *indent(body, 1), "}"]
+TILE = 16  # rows of a transposing kernel's 2-D tile
 
 
 def _loop_nest(rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], body: list[str],
-               innermost_pragma: str | None, vector: bool) -> list[str]:
-    """Loops over `ranges`; the innermost one is vector code, or scalar with a pragma."""
+               innermost_pragma: str | None, vector: bool, reduction: bool = False) -> list[str]:
+    """Loops over `ranges`; the innermost one is vector code (a reduction's with PARTS
+    accumulators), or scalar with a pragma."""
     lines: list[str] = []
     for depth, (var, extent) in enumerate(zip(rvars, ranges)):
         if depth < len(rvars) - 1:
             lines += indent([loop(var, extent) + " {"], depth)
+        elif vector and reduction:
+            lines += indent(vector_reduction_loop(var, extent, body), depth)
         elif vector:
-            lines += indent(_vector_loop(var, extent, body), depth)
+            lines += indent(vector_loop(var, extent, body), depth)
         else:
             lines += indent([innermost_pragma] if innermost_pragma else [], depth)
             lines += indent([loop(var, extent) + " {"] + indent(body, 1) + ["}"], depth)
@@ -90,16 +83,19 @@ def _row_lines(walker: KernelWalker, node: ComputedBuffer, options: CppOptions) 
     rvars = index_vars(len(kernel.row_ranges), "r")
     vector = isinstance(walker.handler, CppVectorHandler)
     if vector:
-        if _single_outer_point(kernel) and options.openmp:
-            raise NotVectorizable("a row loop split across threads")
         walker.handler.lane_var = rvars[-1]
     with walker.row_loop(node) as body:
         walker.run(node)
     where = " (row loop, scratch row)" if node.name in walker.handler.row_temporaries else " (row loop)"
     pragma = "#pragma omp simd"
-    if len(rvars) == 1 and _single_outer_point(kernel) and options.openmp:
-        clause = parallel_if(kernel.row_ranges, options)
-        pragma = pragma if clause is None else f"#pragma omp parallel for simd{clause}"
+    clause = parallel_if(kernel.row_ranges, options) if _single_outer_point(kernel) and options.openmp else None
+    if vector:  # the outermost row loop is split across threads (its tail, if vector code, is not)
+        lines = _loop_nest(rvars, kernel.row_ranges, body, None, True)
+        if clause is not None:
+            lines.insert(0, f"#pragma omp parallel for{clause}")
+        return [_node_comment(node, False) + where] + lines
+    if len(rvars) == 1 and clause is not None:
+        pragma = f"#pragma omp parallel for simd{clause}"
     return [_node_comment(node, False) + where] + _loop_nest(rvars, kernel.row_ranges, body, pragma, vector)
 
 
@@ -113,22 +109,36 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
     comment = _node_comment(node, node.name not in handler.outputs)
     if kind == "scan":
         return [comment] + _scan_lines(walker, node)
+    lanes_outside = vector and (_pointwise_only(walker.kernel) or handler.across_outputs)
     if kind == "pointwise":
         if vector:  # vector code only where the kernel's innermost loop is the vector loop
-            handler.lane_var = index_vars(len(walker.kernel.ranges))[-1] if _pointwise_only(walker.kernel) else None
+            handler.lane_var = handler.lane_loop if lanes_outside else None
         with walker.pointwise(node) as body:
             walker.run(node)
         return [comment] + body
     rvars = walker.kernel.placement(node)[1]
+    if lanes_outside:  # each lane reduces for its own output: scalar reduction loops around vector code
+        handler.lane_var = handler.lane_loop
+        with walker.reduction(node) as parts:
+            walker.run(node)
+        return [comment] + reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options,
+                                           False) + parts.after
+    split = vector and parallel_reduction and options.openmp
     if vector:
-        if parallel_reduction and options.openmp:
-            raise NotVectorizable("a reduction split across threads")
+        if not rvars:
+            raise NotVectorizable("a reduction over no dim (a 0-d input)")
         handler.lane_var = rvars[-1]
     with walker.reduction(node) as parts:
         walker.run(node)
+    if split:
+        red = handler.pending_reduction
+        if not red.combine:
+            raise NotVectorizable(f"a {red.reduction_type} reduction split across threads")
+        return [comment] + split_reduction_lines(red, parts.after, rvars, node.reduction_ranges, options)
     if vector:
         red = handler.pending_reduction
-        loops = list(red.declarations) + _loop_nest(rvars, node.reduction_ranges, list(red.body), None, True)
+        loops = list(red.declarations) + _loop_nest(rvars, node.reduction_ranges, list(red.body), None, True,
+                                                    reduction=True)
     else:
         loops = reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options, parallel_reduction)
     return [comment] + loops + parts.after
@@ -165,10 +175,44 @@ def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHan
     why = _why_scalar(kernel, options)
     if not why:
         try:
-            return _node_statements(kernel, options, CppVectorHandler(kernel)) + ("",)
+            strided = _pointwise_only(kernel) and len(kernel.ranges) >= 2  # transposes: tiled
+            return _node_statements(kernel, options, CppVectorHandler(kernel, strided_loads=strided)) + ("",)
         except NotVectorizable as exc:
             why = f"not vectorized: {exc}"
+        if _reduces_outer_dims(kernel):  # lanes across the outputs instead
+            try:
+                return _node_statements(kernel, options, CppVectorHandler(kernel, across_outputs=True)) + ("",)
+            except NotVectorizable as exc:
+                why += f"; nor across its outputs: {exc}"
+        for var in _other_lane_loops(kernel):  # a transposed store: the lanes along another dim
+            try:
+                handler = CppVectorHandler(kernel, strided_loads=True, lane_loop=var)
+                return _node_statements(kernel, options, handler) + ("",)
+            except NotVectorizable:
+                pass
     return _node_statements(kernel, options, CppHandler(kernel)) + (why,)
+
+
+def _other_lane_loops(kernel: Kernel) -> list[sympy.Symbol]:
+    """The outer loops of a pointwise kernel, other than the innermost one, that could be its
+    vector loop (the loop order is free), innermost first."""
+    if not _pointwise_only(kernel):
+        return []
+    found = []
+    for var, extent in zip(index_vars(len(kernel.ranges))[:-1], kernel.ranges[:-1]):
+        extent = sympy.sympify(extent)
+        if not (extent.is_Integer and int(extent) < 4):
+            found.append(var)
+    return found[::-1]
+
+
+def _reduces_outer_dims(kernel: Kernel) -> bool:
+    """A kernel of reductions (and pointwise nodes) whose innermost outer loop is long enough
+    to be the vector loop: a reduction over outer dims may be vector code across its outputs."""
+    if any(kernel.is_row(n) for n in kernel.nodes) or not kernel.ranges or _single_outer_point(kernel):
+        return False
+    extent = sympy.sympify(kernel.ranges[-1])
+    return not (extent.is_Integer and int(extent) < 4)
 
 
 def _why_scalar(kernel: Kernel, options: CppOptions) -> str:
@@ -216,7 +260,9 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     """The C++ definition of one kernel."""
     ivars = index_vars(len(kernel.ranges))
     body, handler, why_scalar = _kernel_body(kernel, options)
-    vector_loop = not why_scalar and _pointwise_only(kernel)  # the innermost outer loop is vector code
+    # the innermost outer loop is vector code
+    vector = isinstance(handler, CppVectorHandler)
+    outer_vector_loop = vector and not why_scalar and (_pointwise_only(kernel) or handler.across_outputs)
     lines = _signature(kernel, bool(handler.checks))
     if why_scalar:
         lines.append(f"    // scalar loop: {why_scalar}")
@@ -234,11 +280,22 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     per_thread = bool(scratch) and clause is not None
     if scratch and not per_thread:
         lines += indent(scratch, depth)
-    for pos, (var, extent) in enumerate(zip(ivars, kernel.ranges)):
+    # Transposed reads (lane-strided loads): the loop around the vector loop goes by tiles of
+    # TILE, and runs inside it, so a TILE x KILN_LANES block is read and written at a time.
+    tiled = outer_vector_loop and handler.strided_loads
+    loops = list(zip(ivars, kernel.ranges))
+    if vector and ivars and handler.lane_loop != ivars[-1]:  # the vector loop goes innermost
+        loops = [(v, e) for v, e in loops if v != handler.lane_loop] + [(ivars[-1], 0)]
+        loops[-1] = next((v, e) for v, e in zip(ivars, kernel.ranges) if v == handler.lane_loop)
+    for pos, (var, extent) in enumerate(loops):
         innermost = pos == len(ivars) - 1
+        if tiled and pos == len(ivars) - 2:
+            body = [f"for (int64_t {var} = {var}_tile; {var} < std::min<int64_t>({cpp_expr(extent)}, {var}_tile + "
+                    f"{TILE}); ++{var}) {{", *indent(body, 1), "}"]
+            var = sympy.Symbol(f"{var}_tile")
         # A pointwise loop that is not vector code is still marked simd (iterations are
         # independent); GCC may vectorize it, nothing relies on it.
-        simd = pointwise and innermost and not vector_loop
+        simd = pointwise and innermost and not outer_vector_loop
         if pos == 0 and clause is not None:
             construct = "parallel for simd" if simd else "parallel for"
             if per_thread:
@@ -249,12 +306,15 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
                 lines += indent([f"#pragma omp {construct}{clause}"], depth)
         elif simd:
             lines += indent(["#pragma omp simd"], depth)
-        if innermost and vector_loop:
-            lines += indent(_vector_loop(var, extent, body), depth)
+        if innermost and outer_vector_loop:
+            lines += indent(vector_loop(var, extent, body), depth)
+        elif tiled and pos == len(ivars) - 2:
+            lines += indent([f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; {var} += {TILE}) {{"], depth)
+            depth += 1
         else:
             lines += indent([loop(var, extent) + " {"], depth)
             depth += 1
-    if not vector_loop:
+    if not outer_vector_loop:
         lines += indent(body, depth)
     for d in range(depth - 1, 0, -1):
         lines += indent(["}"], d)

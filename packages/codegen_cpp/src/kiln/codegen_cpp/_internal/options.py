@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import tempfile
+
+# The default of `CppOptions.vectorize` when KILN_CPP_VECTORIZE is unset or empty.
+VECTORIZE_DEFAULT = True
 
 
 class CppCodegenError(NotImplementedError):
     """codegen_cpp cannot generate C++ for a kernel (a dtype it has no type for, a body that
     breaks what the scheduler promises); the message names the kernel and buffer."""
+
+
+def default_vectorize() -> bool:
+    """`CppOptions.vectorize` when not given: KILN_CPP_VECTORIZE=1 or 0 when set (how a
+    benchmark compares both paths through the backend), else VECTORIZE_DEFAULT."""
+    value = os.environ.get("KILN_CPP_VECTORIZE", "").strip().lower()
+    if not value:
+        return VECTORIZE_DEFAULT
+    if value not in ("0", "1", "true", "false", "on", "off"):
+        raise ValueError(f"KILN_CPP_VECTORIZE must be 1 or 0, got {value!r}")
+    return value in ("1", "true", "on")
 
 
 def default_cache_dir() -> pathlib.Path:
@@ -27,10 +42,10 @@ class CppOptions:
     check_strides: on every call, check each kernel input's dtype, device, sizes and strides
       against the ones the kernel was generated for (ValueError/TypeError instead of a wrong
       result or an out-of-bounds read); turn off only when the caller guarantees them.
-    vectorize: write the innermost loop of pointwise kernels, row loops and sum/max/min
-      reductions as explicit vector code (kiln's SIMD layer and vector math); off (the default
-      for now: on AVX-512 hosts it measured 0.3-0.7x the speed of GCC's auto-vectorized loops
-      with libmvec, see BENCHMARKS.md), every loop is scalar C++ marked `omp simd`.
+    vectorize: write the innermost loop of pointwise kernels, row loops and reductions as
+      explicit vector code (kiln's SIMD layer and vector math, README "Vector code"); off,
+      every loop is scalar C++ marked `omp simd` for GCC's auto-vectorizer. Its default is
+      VECTORIZE_DEFAULT, or the environment's KILN_CPP_VECTORIZE (1 or 0) when set.
     vector_math: let scalar loops that GCC vectorizes call glibc's vector math library (libmvec: exp, log,
       tanh, erf, ... at most 4 ulp from the correctly rounded result); when the library is
       missing, `compile` rebuilds without it.
@@ -49,7 +64,7 @@ class CppOptions:
     openmp: bool = True
     parallel_threshold: int = 32768
     check_strides: bool = True
-    vectorize: bool = False
+    vectorize: bool = dataclasses.field(default_factory=default_vectorize)
     vector_math: bool = True
     fill_uninitialized: bool = False
 

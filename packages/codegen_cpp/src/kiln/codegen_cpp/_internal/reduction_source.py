@@ -35,6 +35,13 @@ class PendingReduction:
     finish: tuple[str, ...]  # after the loops
     clauses: str  # OpenMP reduction clauses; "" when the accumulators do not allow them
     result: str  # the variable holding the reduced value after `finish`
+    # A vector reduction that can be split in chunks (vector_loops.split_reduction_lines):
+    # `partial`, of C++ type `partial_type`, holds a chunk's result after the first
+    # `fold_lines` lines of `finish`; `combine` formats the combination of two partials.
+    partial: str = ""
+    partial_type: str = ""
+    fold_lines: int = 0
+    combine: str = ""
 
 
 def _sum(name: str, ctype: str, value: str, body: list[str]) -> PendingReduction:

@@ -66,6 +66,20 @@ static inline vmask load(const bool* p, int64_t n) { return __builtin_convertvec
 template <typename T, typename V> static inline void store(T* p, V v, int64_t n) { std::memcpy(p, &v, n * sizeof(T)); }
 static inline void store(bool* p, vmask m, int64_t n) { store(p, __builtin_convertvector(m & 1, vu8), n); }
 
+// Elements p[0], p[stride], ..., of which the first n are read (a transposed read).
+template <typename T> static inline auto load_strided(const T* p, int64_t stride, int64_t n) {
+    T lanes[KILN_LANES] = {};
+    for (int64_t k = 0; k < n; ++k) lanes[k] = p[k * stride];
+    return load(lanes);
+}
+
+// Stores the first n lanes of v at p[0], p[stride], ... (a transposed write).
+template <typename T, typename V> static inline void store_strided(T* p, int64_t stride, V v, int64_t n) {
+    T lanes[KILN_LANES];
+    store(lanes, v);
+    for (int64_t k = 0; k < n; ++k) p[k * stride] = lanes[k];
+}
+
 // A loop-invariant scalar in every lane; lane k of a ramp is start + k * step.
 template <typename V, typename S> static inline V splat(S s) {
     using E = std::remove_reference_t<decltype(std::declval<V>()[0])>;
@@ -120,22 +134,84 @@ KILN_LANEWISE(round_even, __builtin_rintf, __builtin_rint)
 template <typename V, typename S> static inline V active_or(V v, S fill, int64_t active) {
     return select(ramp<vi32>(0, 1) < int32_t(active), v, splat<V>(fill));
 }
-template <typename V> static inline auto reduce_add(V v) {
-    auto s = v[0];
-    for (int k = 1; k < KILN_LANES; ++k) s += v[k];
-    return s;
+// the horizontal folds run as a tree: lane k with lane k + w, w = KILN_LANES / 2, ..., 1.
+#define KILN_TREE_FOLD(name, combine)                                                  \
+    template <typename V> static inline auto name(V v) {                              \
+        for (int w = KILN_LANES / 2; w > 0; w /= 2)                                     \
+            for (int k = 0; k < w; ++k) v[k] = combine(v[k], v[k + w]);                \
+        return v[0];                                                                    \
+    }
+#define KILN_ADD(a, b) ((a) + (b))
+#define KILN_MUL(a, b) ((a) * (b))
+#define KILN_OR(a, b) ((a) | (b))
+#define KILN_AND(a, b) ((a) & (b))
+KILN_TREE_FOLD(reduce_add, KILN_ADD)
+KILN_TREE_FOLD(reduce_mul, KILN_MUL)
+KILN_TREE_FOLD(reduce_or, KILN_OR)
+KILN_TREE_FOLD(reduce_and, KILN_AND)
+KILN_TREE_FOLD(reduce_max, kiln_max)
+KILN_TREE_FOLD(reduce_min, kiln_min)
+#undef KILN_TREE_FOLD
+#undef KILN_ADD
+#undef KILN_MUL
+#undef KILN_OR
+#undef KILN_AND
+// Lane-wise larger/smaller for folding accumulators (their NaNs are tracked apart).
+template <typename V> static inline V larger(V a, V b) { return a > b ? a : b; }
+template <typename V> static inline V smaller(V a, V b) { return a < b ? a : b; }
+
+// argmax/argmin per lane: `best` and its position `at`. A strictly better value, or a NaN
+// where best is not one, replaces them (positions arrive in increasing order per lane).
+template <bool largest, typename V> static inline vmask arg_better(V v, V best) {
+    if constexpr (largest) return mask((v > best) | ((v != v) & (best == best)));
+    else return mask((v < best) | ((v != v) & (best == best)));
 }
-template <typename V> static inline auto reduce_max(V v) {
-    auto m = v[0];
-    for (int k = 1; k < KILN_LANES; ++k) m = kiln_max(m, v[k]);
-    return m;
+template <bool largest, typename V> static inline void arg_update(V& best, vi64& at, V v, vi64 position) {
+    vmask take = arg_better<largest>(v, best);
+    best = select(take, v, best);
+    at = select(take, position, at);
 }
-template <typename V> static inline auto reduce_min(V v) {
-    auto m = v[0];
-    for (int k = 1; k < KILN_LANES; ++k) m = kiln_min(m, v[k]);
-    return m;
+// Two candidates of the same lanes: the better value; on a tie (equal, or both NaN) the lower position.
+template <bool largest, typename V> static inline void arg_combine(V& best, vi64& at, V other, vi64 other_at) {
+    vmask same = mask((other == best) | ((other != other) & (best != best)));
+    vmask take = arg_better<largest>(other, best) | (same & mask(other_at < at));
+    best = select(take, other, best);
+    at = select(take, other_at, at);
+}
+template <bool largest, typename V> static inline int64_t arg_fold(V best, vi64 at) {
+    auto b = best[0];
+    int64_t a = at[0];
+    for (int k = 1; k < KILN_LANES; ++k) {
+        auto v = best[k];
+        bool better = (largest ? v > b : v < b) || (v != v && b == b);
+        bool same = v == b || (v != v && b != b);
+        if (better || (same && at[k] < a)) {
+            b = v;
+            a = at[k];
+        }
+    }
+    return a;
 }
 template <typename V> static inline V rsqrt(V x) { return 1 / sqrt(x); }
+
+// a * b + c rounded once where the ISA has fused multiply-add (one instruction per vector: a
+// fixed-count lane loop GCC turns into vfmadd), a * b + c otherwise: vector_math.py's bounds
+// hold both ways (its tests compile both). Works on any vector type, of float or double.
+template <typename V> static inline V fma(V a, V b, V c) {
+#if defined(__FMA__) || defined(__aarch64__) || defined(__ARM_FEATURE_FMA)
+    constexpr int n = sizeof(V) / sizeof(a[0]);
+    for (int k = 0; k < n; ++k) a[k] = std::fma(a[k], b[k], c[k]);
+    return a;
+#else
+    return a * b + c;
+#endif
+}
+// Any/every lane of a mask set (a rare-case branch: both fold the lanes).
+static inline bool any(vmask m) {
+    int32_t r = 0;
+    for (int k = 0; k < KILN_LANES; ++k) r |= m[k];
+    return r != 0;
+}
 template <typename V> static inline V reciprocal(V x) { return 1 / x; }
 }  // namespace kiln
 """

@@ -31,7 +31,7 @@ from .low_precision import (
     vector_to_storage,
 )
 from .printer import cpp_expr
-from .reduction_source import start_vector_reduction
+from .vector_reduction_source import start_lanewise_reduction, start_vector_reduction
 
 
 class NotVectorizable(Exception):
@@ -61,8 +61,8 @@ _UNARY: dict[str, tuple[str, tuple[torch.dtype, ...], torch.dtype | None]] = {
     "bitwise_not": ("(~{0})", (*_INT, torch.bool), None),
     "isnan": ("kiln::mask({0} != {0})", (*_FLOAT, *LOW_PRECISION), torch.bool),
     **{name: (f"kiln::{name}({{0}})", _FLOAT, None) for name in (
-        "exp", "expm1", "log", "log1p", "tanh", "sigmoid", "sqrt", "rsqrt", "reciprocal", "floor", "ceil",
-        "trunc")},
+        "exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "sin", "cos", "sqrt", "rsqrt",
+        "reciprocal", "floor", "ceil", "trunc")},
     "round": ("kiln::round_even({0})", _FLOAT, None),
     "erf": ("kiln::erf({0})", (torch.float32,), None),  # float64 erf has no vector version yet
 }
@@ -94,9 +94,20 @@ class CppVectorHandler(CppHandler):
     loads and stores move `active` elements: a constant KILN_LANES in a loop's whole-vector
     iterations, fewer in its tail."""
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: Kernel, across_outputs: bool = False, strided_loads: bool = False,
+                 lane_loop: sympy.Symbol | None = None) -> None:
         super().__init__(kernel)
         self.lane_var: sympy.Symbol | None = None
+        # The outer loop that is vector code (where one is): the innermost, unless the caller
+        # reorders the loops of a pointwise kernel.
+        self.lane_loop = lane_loop if lane_loop is not None else (index_vars(len(kernel.ranges)) or [None])[-1]
+        # The lanes are the kernel's innermost outer variable everywhere, reductions included:
+        # each lane reduces for its own output (a reduction over an outer dim).
+        self.across_outputs = across_outputs
+        # Whether loads may move with the lanes by a stride other than 1 (lane by lane; where
+        # the caller tiles the loops), and whether one does.
+        self.allow_strided = strided_loads
+        self.strided_loads = False
         self.types: dict[str, tuple[torch.dtype, bool]] = {}
         inner = max([len(kernel.row_ranges), *(len(n.reduction_ranges) for n in kernel.nodes)])
         # what an index may use; anything else is an indirect index
@@ -126,18 +137,27 @@ class CppVectorHandler(CppHandler):
         raise NotVectorizable(f"a run-time check ({message.split(':')[-1].strip()})")
 
     # -- addressing --------------------------------------------------------------------------
-    def _lane_offset(self, name: str, index: sympy.Expr) -> bool:
-        """Whether `index` moves with the lanes (contiguous: True) or not at all (False)."""
+    def _lane_stride(self, name: str, index: sympy.Expr) -> sympy.Expr:
+        """How far `index` moves from one lane to the next: 0 (loop-invariant), 1 (contiguous)
+        or another stride that does not depend on the lanes."""
         index = sympy.expand(sympy.sympify(index))
         free = index.free_symbols
         if not free <= self.loop_symbols:
             raise NotVectorizable(f"indirect (gather) access to {name}")
         if self.lane_var is None or self.lane_var not in free:
-            return False
-        rest = sympy.expand(index - self.lane_var)
-        if self.lane_var in rest.free_symbols:
+            return sympy.Integer(0)
+        stride = index.coeff(self.lane_var)
+        if self.lane_var in sympy.expand(index - stride * self.lane_var).free_symbols or \
+                self.lane_var in stride.free_symbols:
             raise NotVectorizable(f"non-contiguous access to {name} (index {index})")
-        return True
+        return stride
+
+    def _lane_offset(self, name: str, index: sympy.Expr) -> bool:
+        """Whether `index` moves with the lanes (contiguous: True) or not at all (False)."""
+        stride = self._lane_stride(name, index)
+        if stride not in (0, 1):
+            raise NotVectorizable(f"non-contiguous access to {name} (index {index})")
+        return stride == 1
 
     def _address(self, name: str, index: sympy.Expr) -> tuple[str, sympy.Expr]:
         """The array `name` is read or written through, and the index in it."""
@@ -155,6 +175,11 @@ class CppVectorHandler(CppHandler):
             raise NotVectorizable(f"{name} is {dtype}")
         array, index = self._address(name, index)
         stored = dtype in LOW_PRECISION and name not in self.row_temporaries  # scratch rows hold floats
+        stride = self._lane_stride(name, index)
+        if stride not in (0, 1) and not stored and self.allow_strided:  # a transposed read: lane by lane (2-D tiles keep it cached)
+            self.strided_loads = True
+            text = f"kiln::load_strided({array} + {cpp_expr(index)}, {cpp_expr(stride)}, active)"
+            return self.typed(text, dtype, True)
         if self._lane_offset(name, index):
             text = f"kiln::load({array} + {cpp_expr(index)}, active)"
             return self.typed(vector_from_storage(dtype, text) if stored else text, dtype, True)
@@ -170,6 +195,16 @@ class CppVectorHandler(CppHandler):
             super().store(name, index, value)
             return
         array, index = self._address(name, index)
+        stride = self._lane_stride(name, index)
+        dtype = self.buffer_dtypes[name]
+        if stride not in (0, 1) and self.allow_strided and dtype not in LOW_PRECISION and \
+                name not in self.row_temporaries:
+            value = self.broadcast(value)
+            if self.keep(name, value):
+                self.strided_loads = True  # a transposed write: lane by lane, in 2-D tiles
+                self.lines.append(f"kiln::store_strided({array} + {cpp_expr(index)}, {cpp_expr(stride)}, "
+                                  f"{value}, active);")
+            return
         if not self._lane_offset(name, index):
             raise NotVectorizable(f"every lane stores to one element of {name}")
         value = self.broadcast(value)
@@ -180,16 +215,20 @@ class CppVectorHandler(CppHandler):
             self.lines.append(f"kiln::store({array} + {cpp_expr(index)}, {value}, active);")
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> str:
-        if self.lane_var is None or isinstance(value, tuple):
+        if self.lane_var is None:
             raise NotVectorizable(f"a {reduction_type} reduction")
-        value = self.broadcast(value)
-        pending = start_vector_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
+        value = tuple(map(self.broadcast, value)) if isinstance(value, tuple) else self.broadcast(value)
+        if isinstance(value, tuple) and self.dtype(value[1]) != torch.int64:
+            raise NotVectorizable(f"a {reduction_type} reduction with {self.dtype(value[1])} positions")
+        start = start_lanewise_reduction if self.across_outputs else start_vector_reduction
+        pending = start(name, reduction_type, c_type(dtype), value, self.end_loop_body())
         if pending is None:
             raise NotVectorizable(f"a {reduction_type} reduction of {dtype}")
         self.pending_reduction = pending
         self.lines.extend(pending.finish)
-        self.types[pending.result] = (dtype, False)
-        self.lane_var = None  # what follows runs once, after the loop
+        self.types[pending.result] = (torch.int64 if isinstance(value, tuple) else dtype, self.across_outputs)
+        if not self.across_outputs:
+            self.lane_var = None  # what follows runs once, after the loop
         return pending.result
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
@@ -258,9 +297,12 @@ class CppVectorHandler(CppHandler):
             self.types[name] = (self.dtype(base), False)
             return name
         value = self.constant_value(exponent)
-        if self.is_vector(exponent) or self.dtype(base) not in _FLOAT or value not in _VECTOR_POW:
-            raise NotVectorizable("pow with a non-constant exponent")
-        return self.typed(_VECTOR_POW[value].format(self.broadcast(base)), self.dtype(base), True)
+        dtype = self.dtype(base)
+        if not self.is_vector(exponent) and dtype in _FLOAT and value in _VECTOR_POW:
+            return self.typed(_VECTOR_POW[value].format(self.broadcast(base)), dtype, True)
+        if dtype != torch.float32 or self.dtype(exponent) != dtype:
+            raise NotVectorizable(f"pow of {dtype} with a {self.dtype(exponent)} exponent")
+        return self.typed(f"kiln::pow({self.broadcast(base)}, {self.broadcast(exponent)})", dtype, True)
 
     def apply(self, op: str, args: tuple[str, ...]) -> str:
         """A unary or binary op: a vector op inside a vector loop (loop-invariant operands

@@ -1,0 +1,102 @@
+"""The loops of vector code: a loop over whole vectors and its tail, a reduction loop with
+PARTS accumulators, and a reduction split into chunks across threads.
+
+Every loop runs the same statements (`body`) on whole vectors (`active` = KILN_LANES, a
+compile-time constant) and then once on the tail (fewer `active` lanes: loads and stores move
+that many elements, reductions ignore the other lanes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sympy
+
+from .options import CppOptions
+from .printer import cpp_expr
+from .reduction_source import PendingReduction
+from .vector_reduction_source import PARTS
+
+# A reduction split across threads is reduced in this many chunks, each to one partial result,
+# combined in chunk order after the parallel loop: the result does not depend on the number
+# of threads.
+CHUNKS = 64
+
+
+def indent(lines: list[str], depth: int) -> list[str]:
+    return ["    " * depth + line for line in lines]
+
+
+def vector_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str], pragma: str | None = None) -> list[str]:
+    """A loop as vector code: whole vectors (`pragma` on that loop), then the tail as one
+    partial vector."""
+    end, extent_text = f"kiln::vector_end({cpp_expr(extent)})", cpp_expr(extent)
+    return [*([pragma] if pragma else []),
+            f"for (int64_t {var} = 0; {var} < {end}; {var} += KILN_LANES) {{  // vector code",
+            "    constexpr int64_t active = KILN_LANES;", *indent(body, 1), "}",
+            f"if ({end} < {extent_text}) {{  // the tail: one partial vector",
+            f"    const int64_t {var} = {end}, active = {extent_text} - {var};", *indent(body, 1), "}"]
+
+
+def vector_reduction_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str], start: str = "0",
+                          stop: str | None = None) -> list[str]:
+    """A reduction loop over [start, stop) (default: [0, extent)) as vector code with PARTS
+    accumulators: each iteration of the main loop runs `body` on PARTS consecutive vectors,
+    vector `k` into accumulator `part` k; the whole vectors left over, then the tail, go to
+    accumulator 0."""
+    hi = stop or cpp_expr(extent)
+
+    def multiple_end(step: str) -> str:  # where whole steps from `start` end
+        if start == "0":
+            return f"({hi} - {hi} % ({step}))"
+        return f"({hi} - ({hi} - {start}) % ({step}))"
+
+    block, blocks_end = f"{var}_block", multiple_end(f"{PARTS} * KILN_LANES")
+    end = f"kiln::vector_end({hi})" if start == "0" else multiple_end("KILN_LANES")
+    lines = [f"for (int64_t {block} = {start}; {block} < {blocks_end}; {block} += {PARTS} * KILN_LANES) {{"
+             f"  // vector code, {PARTS} accumulators"]
+    for part in range(PARTS):
+        lines += indent(["{", f"    constexpr int part = {part};", "    constexpr int64_t active = KILN_LANES;",
+                         f"    const int64_t {var} = {block} + {part} * KILN_LANES;", *indent(body, 1), "}"], 1)
+    lines += ["}", f"for (int64_t {var} = {blocks_end}; {var} < {end}; {var} += KILN_LANES) {{  // vector code",
+              "    constexpr int part = 0;", "    constexpr int64_t active = KILN_LANES;", *indent(body, 1), "}",
+              f"if ({end} < {hi}) {{  // the tail: one partial vector",
+              f"    const int64_t {var} = {end}, active = {hi} - {var};", "    constexpr int part = 0;",
+              *indent(body, 1), "}"]
+    return lines
+
+
+def split_reduction_lines(red: PendingReduction, after: list[str], rvars: Sequence[sympy.Symbol],
+                          ranges: Sequence[sympy.Expr], options: CppOptions) -> list[str]:
+    """A vector reduction of a kernel without outer loop, its outermost reduction loop split
+    in CHUNKS chunks across threads (when the reduction is large enough): each chunk reduces to
+    a partial result, then the partials are combined in chunk order. `after` is what follows
+    the reduction loops (it starts with `red.finish`)."""
+    assert tuple(after[:len(red.finish)]) == red.finish, "the fold must follow the reduction loop"
+    fold, rest = list(red.finish[:red.fold_lines]), after[red.fold_lines:]
+    n, name, var = cpp_expr(ranges[0]), red.partial, rvars[0]
+    chunk_len = f"kiln_chunk_{name}"
+    lo, hi = f"{var}_lo", f"{var}_hi"
+    if len(rvars) == 1:  # chunks of whole vector blocks
+        step = f"{PARTS} * KILN_LANES"
+        loops = vector_reduction_loop(var, ranges[0], list(red.body), lo, hi)
+    else:  # chunks of the outermost loop, vector code innermost
+        step = "1"
+        inner = vector_reduction_loop(rvars[-1], ranges[-1], list(red.body))
+        for depth in range(len(rvars) - 2, 0, -1):
+            inner = [f"for (int64_t {rvars[depth]} = 0; {rvars[depth]} < {cpp_expr(ranges[depth])}; "
+                     f"++{rvars[depth]}) {{", *indent(inner, 1), "}"]
+        loops = [f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var}) {{", *indent(inner, 1), "}"]
+    loop_body = [f"const int64_t {lo} = std::min<int64_t>({n}, kiln_chunk * {chunk_len});",
+                 f"const int64_t {hi} = std::min<int64_t>({n}, {lo} + {chunk_len});",
+                 *red.declarations, *loops, *fold, f"partials_{name}[kiln_chunk] = {name};"]
+    numel = " * ".join(f"({cpp_expr(e)})" for e in ranges)
+    combined = red.combine.format(name, f"partials_{name}[kiln_chunk]")
+    return [f"// split in {CHUNKS} chunks across threads, combined in chunk order",
+            f"{red.partial_type} partials_{name}[{CHUNKS}];",
+            f"const int64_t {chunk_len} = (({n} + {CHUNKS - 1}) / {CHUNKS} + {step} - 1) / ({step}) * ({step});",
+            f"#pragma omp parallel for if(parallel: {numel} >= {options.parallel_threshold})",
+            f"for (int64_t kiln_chunk = 0; kiln_chunk < {CHUNKS}; ++kiln_chunk) {{", *indent(loop_body, 1), "}",
+            f"{red.partial_type} {name} = partials_{name}[0];",
+            f"for (int64_t kiln_chunk = 1; kiln_chunk < {CHUNKS}; ++kiln_chunk) {name} = {combined};",
+            *rest]

@@ -1,0 +1,170 @@
+"""Vector reductions: accumulators of KILN_LANES lanes, `PARTS` of them per reduction.
+
+A reduction loop in vector code (`function_source.vector_reduction_loop`) handles PARTS
+vectors per iteration, each into its own accumulator (`vacc_<buffer>[part]`), so PARTS
+dependency chains run side by side instead of one (an add or a compare-select has a latency
+of several cycles, a throughput of one or two per cycle). After the loop the parts are folded
+as a tree, then the lanes of the result as a tree (`kiln::reduce_*`).
+
+Semantics are the scalar loops' (`reduction_source.py`): float32 sums accumulate in float64
+lanes; max/min note NaNs in a mask, and any NaN makes the result NaN; argmax/argmin keep, per
+lane, the best value and its position (a strictly better value, or the first NaN, replaces
+them), and the folds break ties by the lower position, so the result is eager's first index
+(the first NaN's, when there is one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from .reduction_source import PendingReduction, lowest_first
+
+PARTS = 4
+_FLOATS = ("float", "double")
+# The vector type of an accumulator, by the C++ type of the value reduced.
+_ACCUMULATORS = {"float": "kiln::vf32", "double": "kiln::vf64", "int64_t": "kiln::vi64", "int32_t": "kiln::vi32",
+                 "bool": "kiln::vmask"}
+
+
+def _parts(name: str) -> list[str]:
+    return [f"{name}[{k}]" for k in range(PARTS)]
+
+
+def _tree(combine: str, values: list[str]) -> str:
+    """`values` folded pairwise as a balanced tree; `combine` formats two operands."""
+    while len(values) > 1:
+        values = [combine.format(values[k], values[k + 1]) for k in range(0, len(values), 2)]
+    return values[0]
+
+
+def _declare(vector: str, name: str, init: str) -> str:
+    return f"{vector} {name}[{PARTS}] = {{{', '.join([init] * PARTS)}}};"
+
+
+def _sum_or_product(name: str, reduction_type: str, ctype: str, value: str) -> PendingReduction:
+    acc, vacc = f"acc_{name}", f"vacc_{name}"
+    vector = "kiln::vf64" if ctype == "float" and reduction_type == "sum" else _ACCUMULATORS[ctype]
+    identity, op = ("0", "+") if reduction_type == "sum" else ("1", "*")
+    element = f"kiln::active_or({value}, {identity}, active)"
+    if vector != _ACCUMULATORS[ctype]:
+        element = f"kiln::widen({element})"  # float32 sums accumulate in float64, as the scalar loop
+    finish = [f"auto {acc} = kiln::reduce_{'add' if op == '+' else 'mul'}({_tree('({} ' + op + ' {})', _parts(vacc))});"]
+    result = acc
+    if ctype == "float" and reduction_type == "sum":
+        result = f"sum_{name}"
+        finish.append(f"float {result} = static_cast<float>({acc});")
+    return PendingReduction(reduction_type, (_declare(vector, vacc, f"kiln::splat<{vector}>({identity})"),),
+                            (f"{vacc}[part] = {vacc}[part] {op} {element};",), tuple(finish), "", result,
+                            acc, "double" if ctype == "float" and op == "+" else ctype, 1, f"({{}} {op} {{}})")
+
+
+def _extremum(name: str, reduction_type: str, ctype: str, value: str) -> PendingReduction:
+    acc, vacc = f"acc_{name}", f"vacc_{name}"
+    vector = _ACCUMULATORS[ctype]
+    init = lowest_first(reduction_type, ctype)
+    if ctype == "bool":  # any / all
+        op = "|" if reduction_type == "max" else "&"
+        fill = "0" if reduction_type == "max" else "-1"
+        update = [f"{vacc}[part] = {vacc}[part] {op} kiln::active_or({value}, {fill}, active);"]
+        finish = [f"bool {acc} = kiln::reduce_{'or' if op == '|' else 'and'}({_tree('({} ' + op + ' {})', _parts(vacc))}) != 0;"]
+        return PendingReduction(reduction_type, (_declare(vector, vacc, f"kiln::splat<kiln::vmask>({fill})"),),
+                                tuple(update), tuple(finish), "", acc, acc, "bool", 1, f"({{}} {op}{op} {{}})")
+    # A compare-select per lane, NaNs noted apart (a short dependency chain).
+    compare = ">" if reduction_type == "max" else "<"
+    element = f"vnext_{name}"
+    update = [f"auto {element} = kiln::active_or({value}, {init}, active);",
+              f"{vacc}[part] = {element} {compare} {vacc}[part] ? {element} : {vacc}[part];"]
+    declarations = [_declare(vector, vacc, f"kiln::splat<{vector}>({init})")]
+    pick = "kiln::" + ("larger" if reduction_type == "max" else "smaller") + "({}, {})"
+    finish = [f"{ctype} {acc} = kiln::reduce_{reduction_type}({_tree(pick, _parts(vacc))});"]
+    if ctype in _FLOATS:
+        nan = f"vnan_{name}"
+        declarations.append(_declare("kiln::vmask", nan, "kiln::vmask{}") + "  // lanes that saw a NaN")
+        update.append(f"{nan}[part] = {nan}[part] | kiln::mask({element} != {element});")
+        finish.append(f"if (kiln::any({_tree('({} | {})', _parts(nan))})) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();")
+    return PendingReduction(reduction_type, tuple(declarations), tuple(update), tuple(finish), "", acc, acc, ctype,
+                            len(finish), f"kiln_{reduction_type}({{}}, {{}})")
+
+
+def _arg_extremum(name: str, reduction_type: str, ctype: str, value: str, position: str) -> PendingReduction:
+    best, at, acc = f"vbest_{name}", f"vat_{name}", f"acc_{name}"
+    vector = _ACCUMULATORS[ctype]
+    largest = "true" if reduction_type == "argmax" else "false"
+    init = lowest_first(reduction_type, ctype)
+    declarations = (_declare(vector, best, f"kiln::splat<{vector}>({init})"),
+                    _declare("kiln::vi64", at, "kiln::vi64{}"))
+    # inactive lanes (a tail) hold the worst value: they never replace a lane's best
+    update = (f"kiln::arg_update<{largest}>({best}[part], {at}[part], kiln::active_or({value}, {init}, active), "
+              f"{position});",)
+    finish = [f"for (int part = 1; part < {PARTS}; ++part) "
+              f"kiln::arg_combine<{largest}>({best}[0], {at}[0], {best}[part], {at}[part]);",
+              f"int64_t {acc} = kiln::arg_fold<{largest}>({best}[0], {at}[0]);"]
+    return PendingReduction(reduction_type, declarations, update, tuple(finish), "", acc)
+
+
+def start_vector_reduction(name: str, reduction_type: str, ctype: str, value: str | tuple[str, str],
+                           body: Sequence[str]) -> PendingReduction | None:
+    """`reduction_source.start_reduction` for vector values (KILN_LANES elements, `active` of
+    them real; for argmax/argmin a pair of vectors: values and their int64 positions): the
+    accumulators (PARTS arrays), the loop body (the statements of `body`, then the update of
+    accumulator `part`) and the folds after the loop. None when this reduction has no vector
+    version."""
+    pending = None
+    if reduction_type in ("argmax", "argmin") and ctype in _ACCUMULATORS and ctype != "bool":
+        pending = _arg_extremum(name, reduction_type, ctype, *value)
+    elif isinstance(value, tuple):
+        return None
+    elif reduction_type in ("sum", "prod") and ctype in _ACCUMULATORS and ctype != "bool":
+        pending = _sum_or_product(name, reduction_type, ctype, value)
+    elif reduction_type in ("max", "min") and ctype in _ACCUMULATORS:
+        pending = _extremum(name, reduction_type, ctype, value)
+    if pending is None:
+        return None
+    return dataclasses.replace(pending, body=(*body, *pending.body))
+
+
+def start_lanewise_reduction(name: str, reduction_type: str, ctype: str, value: str | tuple[str, str],
+                             body: Sequence[str]) -> PendingReduction | None:
+    """A reduction whose lanes are KILN_LANES different outputs (a reduction over an outer
+    dim, vectorized across the contiguous output dim): one accumulator vector, no fold; the
+    result is a vector (`result`, one value per output). None when it has no vector version."""
+    if ctype not in _ACCUMULATORS or (reduction_type in ("sum", "prod", "argmax", "argmin") and ctype == "bool"):
+        return None
+    vacc, vector = f"vacc_{name}", _ACCUMULATORS[ctype]
+    if reduction_type in ("argmax", "argmin"):
+        if not isinstance(value, tuple):
+            return None
+        at, largest = f"vat_{name}", "true" if reduction_type == "argmax" else "false"
+        declarations = (f"{vector} {vacc} = kiln::splat<{vector}>({lowest_first(reduction_type, ctype)});",
+                        f"kiln::vi64 {at} = {{}};")
+        update = f"kiln::arg_update<{largest}>({vacc}, {at}, {value[0]}, {value[1]});"
+        return PendingReduction(reduction_type, declarations, (*body, update), (), "", at)
+    if isinstance(value, tuple):
+        return None
+    finish: list[str] = []
+    result = vacc
+    if reduction_type in ("sum", "prod"):
+        widen = ctype == "float" and reduction_type == "sum"  # float32 sums accumulate in float64
+        vector = "kiln::vf64" if widen else vector
+        op = "+" if reduction_type == "sum" else "*"
+        declarations = [f"{vector} {vacc} = kiln::splat<{vector}>({'0' if op == '+' else '1'});"]
+        update = [f"{vacc} = {vacc} {op} {f'kiln::widen({value})' if widen else value};"]
+        if widen:
+            result = f"vsum_{name}"
+            finish.append(f"kiln::vf32 {result} = kiln::narrow({vacc});")
+    elif ctype == "bool":
+        op = "|" if reduction_type == "max" else "&"
+        declarations = [f"kiln::vmask {vacc} = kiln::splat<kiln::vmask>({'0' if op == '|' else '-1'});"]
+        update = [f"{vacc} = {vacc} {op} {value};"]
+    else:
+        compare = ">" if reduction_type == "max" else "<"
+        declarations = [f"{vector} {vacc} = kiln::splat<{vector}>({lowest_first(reduction_type, ctype)});"]
+        update = [f"{vacc} = {value} {compare} {vacc} ? {value} : {vacc};"]
+        if ctype in _FLOATS:
+            nan = f"vnan_{name}"
+            declarations.append(f"kiln::vmask {nan} = {{}};  // outputs that saw a NaN")
+            update.append(f"{nan} = {nan} | kiln::mask({value} != {value});")
+            result = f"vresult_{name}"
+            finish.append(f"auto {result} = kiln::select({nan}, kiln::splat<{vector}>(NAN), {vacc});")
+    return PendingReduction(reduction_type, tuple(declarations), (*body, *update), tuple(finish), "", result)
