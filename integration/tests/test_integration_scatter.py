@@ -45,8 +45,8 @@ INT_SRC = (SRC * 4).long()
 CASES = {
     # name: (fn, inputs)
     "scatter_src": (lambda x, i, s: x.scatter(1, i[:3, :3] % 5, s[:3, :3]), (X, DUPLICATES.T.contiguous()[:, :5], SRC)),
-    "scatter_src_unique": (lambda x, i, s: x.scatter(0, i, s), (X, torch.stack([torch.randperm(6, generator=_gen(k))
-                                                                               for k in range(5)], 1), SRC)),
+    "scatter_src_unique": (lambda x, i, s: x.scatter(0, i, s), (X, torch.stack([torch.randperm(6, generator=_gen(k), device="cpu")
+                                                                               for k in range(5)], 1).to(X.device), SRC)),
     "scatter_value": (lambda x, i: x.scatter(0, i, -2.5), (X, DUPLICATES)),
     "scatter_add": (lambda x, i, s: x.scatter_add(0, i, s), (X, DUPLICATES, SRC)),
     "scatter_add_int": (lambda x, i, s: x.scatter_add(0, i, s), (INTS, DUPLICATES, INT_SRC)),
