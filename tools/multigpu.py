@@ -207,9 +207,12 @@ def launch(run: str, backend: str, args, scratch: str) -> dict:
     start = time.perf_counter()
     proc = subprocess.run(command, env=env, timeout=args.timeout, capture_output=True, text=True)
     if proc.returncode != 0 or not os.path.exists(path):
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        print(f"  failed (rc {proc.returncode}):\n{tail}", flush=True)
-        return {"run": run, "backend": backend, "error": tail.strip().splitlines()[-1] if tail.strip() else "?"}
+        log_path = os.path.join(args.log_dir or scratch, f"{run}-{backend}.log")
+        with open(log_path, "w") as f:
+            f.write(proc.stdout + proc.stderr)
+        errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "Error" in line or "error:" in line]
+        print(f"  failed (rc {proc.returncode}), log in {log_path}:\n" + "\n".join(errors[:20]), flush=True)
+        return {"run": run, "backend": backend, "error": errors[0] if errors else f"rc {proc.returncode}"}
     with open(path) as f:
         result = json.load(f)
     print(f"  {time.perf_counter() - start:.0f} s: step {result['step_ms']:.1f} ms, graphs {result['graphs_per_rank']}",
@@ -258,6 +261,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--timeout", type=int, default=600, help="seconds per torchrun launch")
     parser.add_argument("--out", help="write the table (markdown) here, and the raw results beside it (.json)")
+    parser.add_argument("--log-dir", help="where the whole output of a failed launch goes (default: a scratch dir)")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
