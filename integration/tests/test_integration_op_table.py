@@ -131,6 +131,25 @@ NO_OPINFO = {
     aten._upsample_nearest_exact3d_backward.default: _BACKWARD_ONLY,
 }
 
+# Ops loopir lowers whose OpInfos the table does not select yet (their samples need the table's
+# special-function and scalar-overload handling): tested on the reference evaluator, C++ and
+# Triton by integration/tests/test_integration_special.py and loopir's test_loopir_special.py.
+_SPECIAL_ELSEWHERE = "test_integration_special.py / test_loopir_special.py (the table does not select its OpInfo yet)"
+TESTED_ELSEWHERE = {op: _SPECIAL_ELSEWHERE for op in (
+    aten.bucketize.Scalar, aten.special_bessel_j0.default, aten.special_bessel_j1.default,
+    aten.special_bessel_y0.default, aten.special_bessel_y1.default,
+    aten.special_chebyshev_polynomial_t.n_scalar, aten.special_chebyshev_polynomial_u.n_scalar,
+    aten.special_chebyshev_polynomial_v.n_scalar, aten.special_chebyshev_polynomial_w.n_scalar,
+    aten.special_hermite_polynomial_h.n_scalar, aten.special_hermite_polynomial_he.n_scalar,
+    aten.special_laguerre_polynomial_l.n_scalar, aten.special_legendre_polynomial_p.n_scalar,
+    aten.special_modified_bessel_i0.default, aten.special_modified_bessel_i1.default,
+    aten.special_modified_bessel_k0.default, aten.special_modified_bessel_k1.default,
+    aten.special_scaled_modified_bessel_k0.default, aten.special_scaled_modified_bessel_k1.default,
+    aten.special_shifted_chebyshev_polynomial_t.n_scalar, aten.special_shifted_chebyshev_polynomial_u.n_scalar,
+    aten.special_shifted_chebyshev_polynomial_v.n_scalar, aten.special_shifted_chebyshev_polynomial_w.n_scalar,
+    aten.special_spherical_bessel_j0.default, aten.special_zeta.default, aten.special_zeta.other_scalar,
+    aten.special_zeta.self_scalar, torch.ops.prims.scalar_tensor.default)}
+
 # Random ops draw from kiln's generator (loopir's philox.py), not eager's, so no value can match:
 # integration/tests/test_integration_random.py checks them by statistics, reproducibility for a
 # seed, equal draws on every codegen and forward/backward mask agreement.
@@ -171,15 +190,13 @@ XFAIL: dict[tuple[str, str, str], str] = {
     **_each(["fmax", "fmin", "pow", "pow[Tensor_Scalar]", "pow[Scalar]"], _FLOATS, "triton", _SCALAR_OPERAND),
     # igamma's series and continued fraction call the pow device function on the 0-d sample 0
     **_each(["igamma", "igammac"], _FLOATS, "triton", _SCALAR_OPERAND),
+    **_each(["special.zeta"], ["float32", "float64", "int64", "int32", "bool"], "triton", _SCALAR_OPERAND),
     ("pow", "float32", "triton"): _SCALAR_OPERAND + _POW_ACCURACY,
     ("pow[Scalar]", "float32", "triton"): _SCALAR_OPERAND + _POW_ACCURACY,
     **_each(["pow", "pow[Scalar]"], ["int64", "int32"], "triton", _INT_EXPONENT),
     ("flip", "*", "triton"): _EMPTY_OUTPUT.format("flip of [5, 0, 10]"),
     ("constant_pad_nd", "*", "triton"): _EMPTY_OUTPUT.format("padding [5, 3] by (-1, -2, 1, 1) to [7, 0]"),
     ("nn.functional.pad.constant", "*", "triton"): _EMPTY_OUTPUT.format("padding [5, 3] to [7, 0]"),
-    ("index_select", "*", "triton"):
-        "codegen_triton: index_select of [1] at index [0] loads the index as a scalar, then tl.load gets a "
-        "scalar pointer with a block mask (ValueError: Mask argument cannot be block type ...)",
     **_each(["ge", "gt", "le", "lt", "ge[Scalar]", "gt[Scalar]", "le[Scalar]", "lt[Scalar]"], ["bfloat16"],
             "triton", _BF16_COMPARE),
     ("arange", "bfloat16", "triton"):
@@ -750,7 +767,9 @@ def test_op_matches_eager(table: Table, name: str, dtype: torch.dtype, backend: 
 def test_every_supported_op_is_covered(table: Table):
     """Each op loopir lowers ran and matched eager on every backend, for some dtype; the ops
     only hand-written samples reach are those of NO_OPINFO, no more, no fewer."""
-    supported = loopir.supported_ops() - RANDOM_OPS
+    supported = loopir.supported_ops() - RANDOM_OPS - set(TESTED_ELSEWHERE)
+    if stale := set(TESTED_ELSEWHERE) - loopir.supported_ops():
+        raise AssertionError(f"TESTED_ELSEWHERE lists ops loopir does not lower: {sorted(map(str, stale))}")
     problems = []
     for backend in BACKENDS:
         covered, by_opinfo = table.covered_ops(backend), table.covered_ops(backend, opinfo_only=True)
