@@ -66,4 +66,6 @@ def test_cheap_values_are_stored_by_default():
         return y.sum(-1), y.amax(-1)
 
     x = torch.randn(4, 9)
-    assert len(_buffers(_lowered(f, x, recompute_cheap=True))) < len(_buffers(_lowered(f, x, recompute_cheap=False)))
+    stored = _buffers(_lowered(f, x, recompute_cheap=False))
+    assert len(_buffers(_lowered(f, x, recompute_cheap=True))) < len(stored)
+    assert _buffers(lower(make_fx(f)(x), row_temporaries=True)) == stored  # the default stores

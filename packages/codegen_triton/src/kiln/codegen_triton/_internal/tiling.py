@@ -54,25 +54,17 @@ def pointwise_tile(kernel: Kernel) -> Tile | None:
     if kernel.row_ranges or not all(type(node.body) is Pointwise for node in kernel.nodes):
         return None
     variables = index_vars(len(kernel.ranges))
-    store_dims: set[int] | None = None
-    load_dims: set[int] = set()
-    for node in kernel.nodes:
-        for access in kernel.accesses(node).accesses:
-            dims = _unit_dims(access.index, variables)
-            if access.kind == "store":
-                store_dims = dims if store_dims is None else store_dims & dims
-            else:
-                load_dims |= dims
-    if not store_dims or len(store_dims) != 1:
+    accesses = [access for node in kernel.nodes for access in kernel.accesses(node).accesses]
+    stores = [access for access in accesses if access.kind == "store"]
+    store_dims = set.intersection(*(_unit_dims(a.index, variables) for a in stores)) if stores else set()
+    load_dims = set().union(*(_unit_dims(a.index, variables) for a in accesses if a.kind != "store"))
+    if len(store_dims) != 1:
         return None
     (x,) = store_dims
     candidates = sorted(d for d in load_dims - {x} if _long_enough(kernel.ranges[d]))
     if not candidates or not _long_enough(kernel.ranges[x]):
         return None
     tile = Tile(candidates[-1], x)
-    for node in kernel.nodes:  # every store covers the whole tile (see `TritonHandler.store`)
-        for access in kernel.accesses(node).accesses:
-            used = sympy.sympify(access.index).free_symbols
-            if access.kind == "store" and not {variables[tile.y], variables[tile.x]} <= used:
-                return None
-    return tile
+    tiled = {variables[tile.y], variables[tile.x]}
+    # every store covers the whole tile (see `TritonHandler.store`)
+    return tile if all(tiled <= sympy.sympify(a.index).free_symbols for a in stores) else None
