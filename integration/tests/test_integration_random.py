@@ -80,7 +80,7 @@ def _draws(codegen):
         return torch.rand_like(x), torch.randn_like(x), torch.randint(-7, 1000, N), F.dropout(x, 0.5, True)
 
     compiled = _compiled(fn, codegen)
-    x = torch.randn(N, generator=torch.Generator().manual_seed(3))
+    x = torch.randn(N, generator=torch.Generator().manual_seed(3), device="cpu").to(torch.get_default_device())
     compiled(x)
     torch.manual_seed(7)
     return compiled(x)

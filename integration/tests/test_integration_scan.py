@@ -17,8 +17,8 @@ def _compiled(fn, codegen):
 
 
 def _x(shape, dtype=torch.float32, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(shape, generator=gen).to(dtype)
+    gen = torch.Generator().manual_seed(seed)  # drawn on the CPU, then to the default device (conftest.py)
+    return torch.randn(shape, generator=gen, device="cpu").to(torch.get_default_device(), dtype)
 
 
 CASES = {
