@@ -39,9 +39,12 @@ def _install(session: nox.Session, *args: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every package installed (editable) into one venv; all tests."""
+    """Every package installed (editable) into one venv; all tests, one pytest worker per core
+    (at most 4; `nox -s tests -- -n 0` runs them in one process)."""
     _install_for_tests(session)
-    session.run("pytest", *session.posargs, env={"TRITON_INTERPRET": "1"})
+    _install(session, "pytest-xdist")
+    session.run("pytest", "-n", "auto", "--maxprocesses", "4", "--dist", "worksteal", *session.posargs,
+                env={"TRITON_INTERPRET": "1"})
 
 
 def _install_for_tests(session: nox.Session) -> None:
