@@ -117,8 +117,10 @@ def kiln_seconds(fn, args, want) -> tuple[float, float]:
 def worker(width: int, dtype_name: str, elements: int) -> None:
     """Run in a subprocess with another checkout's sources first on sys.path: kiln times only."""
     results = {}
+    only = os.environ.get("BENCH_WORKLOADS")
     for name, fn, args in cases(width, DTYPES[dtype_name], elements):
-        results[name] = kiln_seconds(fn, args, fn(*args))[0]
+        if only is None or name in only.split(","):
+            results[name] = kiln_seconds(fn, args, fn(*args))[0]
     print("RESULT " + json.dumps(results))
 
 
@@ -170,6 +172,8 @@ def main() -> None:
         worker(int(args.worker[0]), args.worker[1], int(args.worker[2]))
         return
     others = dict(item.split("=", 1) for item in args.kiln_paths)
+    if args.workloads:  # the other checkouts' workers time these only
+        os.environ["BENCH_WORKLOADS"] = ",".join(args.workloads)
     bandwidths = {name: copy_bandwidth(DTYPES[name]) for name in args.dtypes}
     head = (["workload", "width", "dtype", "eager %", "Inductor %", "kiln %"] + [f"kiln[{n}] %" for n in others]
             + ["kiln/Inductor", "kiln err"])

@@ -6,7 +6,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.codegen_triton import TritonOptions, compile, verify
-from kiln.loopir import lower
+from kiln.loopir import Reduction, lower
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 
@@ -129,15 +129,22 @@ def only_triton_kernel(fn, *args, options):
 def test_block_shapes_follow_memory_order(fn, contiguous, tmp_path):
     kernel = only_triton_kernel(fn, torch.randn(5, 12), options=TritonOptions(cache_dir=tmp_path))
     assert kernel.contiguous == contiguous
-    # Defaults: up to 8 x 128 for strided reductions; a contiguous one takes up to 4096 of a row
-    # and as many rows as keep the block within 1024 elements.
+    # Defaults: strided reductions take up to 32 outer points (a run of the contiguous dim) and
+    # a 2048-element block; a contiguous one takes up to 16384 of a float32 row (4096 of a
+    # narrower dtype's) and as many rows as keep the block within 1024 elements.
     work = [(16384, 1024), (16384, 13), (7, 300), (1, 10**6), (64, 4096)]
-    expected = ([(1, 1024), (8, 16), (2, 512), (1, 4096), (1, 4096)] if contiguous
-                else [(8, 128), (8, 16), (8, 128), (1, 128), (8, 128)])
+    expected = ([(1, 1024), (8, 16), (2, 512), (1, 16384), (1, 4096)] if contiguous
+                else [(32, 64), (32, 16), (8, 128), (1, 128), (32, 64)])
     assert [kernel._reduction_blocks(x, r) for x, r in work] == expected
     # one warp per KiB of the float32 tile (strided: per 512 bytes), 2 to 16
     warps = [kernel._warps({"XBLOCK": x, "RBLOCK": r}) for x, r in expected]
-    assert warps == ([4, 2, 4, 16, 16] if contiguous else [8, 2, 8, 2, 8])
+    assert warps == ([4, 2, 4, 16, 16] if contiguous else [16, 4, 8, 2, 16])
+
+
+def test_rows_of_narrow_dtypes_are_read_in_shorter_steps(tmp_path):
+    kernel = only_triton_kernel(lambda x: x.sum(-1), torch.randn(5, 12, dtype=torch.bfloat16),
+                                options=TritonOptions(cache_dir=tmp_path))
+    assert kernel._reduction_blocks(1, 10**6) == (1, 4096)
 
 
 def test_contiguous_rows_with_default_blocks(tmp_path):
@@ -161,3 +168,14 @@ def test_prod_any_all_and_arg_reductions(fuse_rows, options):
     b = torch.rand(3, 4) > 0.3
     kernel_graph = lower(make_fx(more_reductions)(x, b), fuse_rows=fuse_rows)
     torch.testing.assert_close(compile(kernel_graph, options)(x, b), more_reductions(x, b), equal_nan=True)
+
+
+# (float16, not bfloat16: Triton's interpreter truncates float32 -> bfloat16 casts; GPUs round)
+@pytest.mark.parametrize("fn", [lambda x: x.sum(0), lambda x: x.half().amax(0), lambda x: x.sum()])
+def test_split_reductions_run(fn, tmp_path):
+    """loopir's split reductions (on for this codegen): the partials' kernel, then theirs."""
+    x = torch.randn(8192, 40)
+    kernel_graph = lower(make_fx(fn)(x), split_reductions=True)
+    assert sum(isinstance(n.body, Reduction) for k in kernel_graph.kernels for n in k.nodes) == 2
+    torch.testing.assert_close(compile(kernel_graph, TritonOptions(cache_dir=tmp_path))(x), fn(x),
+                               rtol=1e-4, atol=1e-3)

@@ -191,7 +191,8 @@ def _compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: D
                     options.lowerings, fuse_rows=plugin.capabilities.row_fusion,
                     row_temporaries=plugin.capabilities.row_temporaries,
                     round_low_precision=options.round_low_precision,
-                    recompute_cheap=plugin.capabilities.recompute_cheap))
+                    recompute_cheap=plugin.capabilities.recompute_cheap,
+                    split_reductions=plugin.capabilities.split_reductions))
                 if check:
                     loopir.verify(kernel_graph)
                 dump.write(f"{prefix}{name}_kernel_graph", kernel_graph.__str__)

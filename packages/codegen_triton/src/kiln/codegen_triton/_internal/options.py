@@ -28,10 +28,18 @@ class TritonOptions:
     rblock: most reduction elements a reduction loop step reads per outer point, when the
         reduction walks memory with a stride (sum over a middle dim): a wide XBLOCK then keeps
         neighbouring outer points' reads together.
+    strided_xblock: most outer points one program of a strided reduction computes (a sum over
+        dim 0: outer points are the contiguous columns, so a wide block reads whole runs of
+        them); its RBLOCK is then at most `rblock` and `strided_tile // XBLOCK`.
+    strided_tile: most XBLOCK x RBLOCK elements one loop step of a strided reduction reads.
     contiguous_rblock: the same when every loop over reduction ranges reads them contiguously
         (softmax, layer norm, sum over the last dim): RBLOCK grows up to this, and XBLOCK
         shrinks so that XBLOCK * RBLOCK stays within reduction_xblock * rblock. Rows up to
         this long are read in one step, which makes the later loops over the same row hit L1.
+    float32_contiguous_rblock: `contiguous_rblock` for kernels whose inputs are all 4 bytes
+        wide or wider. Measured on an H200 at 16384-wide float32 rows, 16384 against 4096:
+        softmax 80 -> 93% of copy bandwidth, rmsnorm 84 -> 94%, var_mean 77 -> 88%, layer norm
+        85 -> 84%; the same for bfloat16 rows lost (layer norm 82 -> 57%).
     num_warps: warps per pointwise program (ignored by the Triton interpreter).
     max_reduction_warps: reduction (and tiled) programs get one warp per KiB of their
         XBLOCK x RBLOCK (x YBLOCK) tile's widest input (strided reductions: per 512 bytes), at
@@ -63,7 +71,10 @@ class TritonOptions:
     xblock: int = 1024
     reduction_xblock: int = 8
     rblock: int = 128
+    strided_xblock: int = 32
+    strided_tile: int = 2048
     contiguous_rblock: int = 4096
+    float32_contiguous_rblock: int = 16384
     num_warps: int = 4
     max_reduction_warps: int = 16
     tile_block: int = 64
@@ -74,7 +85,8 @@ class TritonOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))
-        for field in ("xblock", "reduction_xblock", "rblock", "contiguous_rblock", "num_warps",
+        for field in ("xblock", "reduction_xblock", "rblock", "strided_xblock", "strided_tile", "contiguous_rblock",
+                      "float32_contiguous_rblock", "num_warps",
                       "max_reduction_warps", "tile_block"):
             value = getattr(self, field)
             if not _is_power_of_two(value):

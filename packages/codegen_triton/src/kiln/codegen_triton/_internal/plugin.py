@@ -35,5 +35,7 @@ CODEGEN = Codegen(
     # Row temporaries are recomputed in each loop that loads them. On an H200, cuBLAS runs
     # BERT's plain mm faster than its addmm: linears become mm + a bias add in the next kernel.
     # GPUs are memory-bound: cheap values several users read are recomputed, not stored.
-    capabilities=Capabilities(row_fusion=True, row_temporaries=True, bias_epilogues=True, recompute_cheap=True),
+    # A long reduction into few outputs (a sum over dim 0) runs in two stages, on enough programs.
+    capabilities=Capabilities(row_fusion=True, row_temporaries=True, bias_epilogues=True, recompute_cheap=True,
+                              split_reductions=True),
     errors=(TritonCodegenError,), artifacts_key="kiln_triton", source_suffix=".py", check_device=check_device)

@@ -226,8 +226,10 @@ class TritonKernel:
         """(XBLOCK, RBLOCK); see `TritonOptions.rblock` and `contiguous_rblock`."""
         options = self.options
         if not self.contiguous:
-            return _block(xnumel, options.reduction_xblock), _block(rnumel, options.rblock)
-        rblock = _block(rnumel, options.contiguous_rblock)
+            xblock = _block(xnumel, options.strided_xblock)
+            return xblock, _block(rnumel, min(options.rblock, max(1, options.strided_tile // xblock)))
+        wide = all(torch.empty((), dtype=d).element_size() >= 4 for d in self._in_dtypes)
+        rblock = _block(rnumel, options.float32_contiguous_rblock if wide else options.contiguous_rblock)
         budget = options.reduction_xblock * options.rblock
         return _block(xnumel, min(options.reduction_xblock, max(1, budget // rblock))), rblock
 

@@ -39,6 +39,10 @@ class LowerOptions:
         stored once (`lower.recomputed_on_reuse`): fewer bytes move, more math runs; for
         memory-bound targets (codegen_triton: a bfloat16 -> float32 cast read by a log
         softmax's three loops was a float32 copy written once and read three times).
+    split_reductions: a long sum/prod/max/min into few outputs (a sum over dim 0, a bias
+        gradient, a whole-tensor sum) runs as partial reductions over chunks of its first reduced
+        dim, then a reduction of the partials (`lower_split.py`): enough programs to keep a GPU
+        busy. Partials of low-precision values stay float32.
     """
 
     lowerings: Lowerings | None = None
@@ -46,6 +50,7 @@ class LowerOptions:
     row_temporaries: bool = False
     round_low_precision: bool = False
     recompute_cheap: bool = False
+    split_reductions: bool = False
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -56,7 +61,8 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     line) that cannot be lowered.
     """
     options = dataclasses.replace(options or LowerOptions(), **overrides)
-    lowered = lower_graph(gm, options.lowerings, options.round_low_precision, options.recompute_cheap)
+    lowered = lower_graph(gm, options.lowerings, options.round_low_precision, options.recompute_cheap,
+                          options.split_reductions)
     plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
     kg = build_kernel_graph(gm, lowered, plan)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),

@@ -89,9 +89,10 @@ class LoweredGraph:
 class LoweringContext:
     """State of one lowering walk; lowering functions use it to realize values and add steps."""
 
-    def __init__(self, recompute_cheap: bool = False) -> None:
+    def __init__(self, recompute_cheap: bool = False, split_reductions: bool = False) -> None:
         self.steps: list[Step] = []
         self.recompute_cheap = recompute_cheap  # see LowerOptions.recompute_cheap
+        self.split_reductions = split_reductions  # see LowerOptions.split_reductions
         self._counter = 0
         self._seeds: dict[torch.device, StridedView] = {}
         self._random_ops = 0
@@ -184,13 +185,15 @@ def node_location(node: fx.Node) -> str:
 
 
 def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
-                round_low_precision: bool = False, recompute_cheap: bool = False) -> LoweredGraph:
+                round_low_precision: bool = False, recompute_cheap: bool = False,
+                split_reductions: bool = False) -> LoweredGraph:
     """Walk `gm` (functional ATen with meta["val"]) and build its loopir steps. With
     `round_low_precision`, every bfloat16/float16 result is rounded where its ATen op produces
     it, as eager does, instead of only where it is stored. With `recompute_cheap`, cheap values
-    of several users stay index functions (`recomputed_on_reuse`)."""
+    of several users stay index functions (`recomputed_on_reuse`). With `split_reductions`, long
+    reductions into few outputs run in two stages (`lower_split.py`)."""
     table = lowerings if lowerings is not None else default_lowerings()
-    ctx = LoweringContext(recompute_cheap)
+    ctx = LoweringContext(recompute_cheap, split_reductions)
     env: dict[fx.Node, Any] = {}
     inputs: list[GraphInput] = []
     outputs: tuple[Any, ...] = ()

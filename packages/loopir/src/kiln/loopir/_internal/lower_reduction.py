@@ -12,6 +12,7 @@ import torch
 from .ir import Reduction
 from .lower import LoweringError, node_location
 from .lower_pointwise import broadcast_load, pointwise
+from .lower_split import SPLIT_TYPES, split_factor, split_reduction
 from .registry import Lowerings
 from .sizes import Expr, compute_dtype, contiguous_strides, flat_index, numel, to_exprs
 
@@ -61,6 +62,11 @@ def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str, out: Any 
         position = flat_index(rindex, contiguous_strides(reduced_sizes))
         return loaded, ops.index_expr(position, torch.int64)
 
+    split = split_factor(numel(to_exprs(out.shape)), reduced_sizes, len(in_size) - 1 in reduced) \
+        if ctx.split_reductions and reduction_type in SPLIT_TYPES else 1
+    if split > 1:
+        return split_reduction(ctx, node.name, inner, to_exprs(out.shape), reduced_sizes, reduction_type, dtype,
+                               split, store_dtype or out.dtype, out)
     reduction = Reduction(to_exprs(out.shape), reduced_sizes, reduction_type, inner, dtype)
     return ctx.add_reduction(reduction, to_exprs(out.shape), node.name, store_dtype or out.dtype, like=out)
 

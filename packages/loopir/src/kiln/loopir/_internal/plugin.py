@@ -33,6 +33,8 @@ class Capabilities:
         backend's default for `KilnOptions.bias_epilogues`).
     recompute_cheap: cheap values read by several users are computed again by each rather than
         stored (`LowerOptions.recompute_cheap`): for memory-bound targets.
+    split_reductions: long reductions into few outputs run in two stages
+        (`LowerOptions.split_reductions`): for targets that need many programs in flight (GPUs).
     """
 
     dtypes: frozenset[torch.dtype] = SUPPORTED_DTYPES
@@ -40,6 +42,7 @@ class Capabilities:
     row_temporaries: bool = False
     bias_epilogues: bool = False
     recompute_cheap: bool = False
+    split_reductions: bool = False
 
 
 def _no_options(settings: Mapping[str, Any]) -> None:
