@@ -1,6 +1,10 @@
 """Where a training step's time goes: eager vs Inductor vs kiln on one HF model.
 
     python tools/profile_training.py --model bert --amp [--rows 30]
+    python tools/profile_training.py --model gpt2 --inference   # bf16 forward, no_grad
+
+`--inference` profiles the bfloat16 forward of `tools/bench_low_precision.py`'s models (6 layers,
+d768, 8x512) instead, with kiln's default fallback (attention stays eager ATen, as in Inductor).
 
 For each backend: builds the model (random weights, dropout 0), compiles it (kiln with
 ``fallback=False``; the backend call is counted), runs warm-up steps, then reports the wall time
@@ -18,7 +22,7 @@ import time
 import torch
 import transformers as T
 from gpu_check import zero_dropout
-from workloads import CountingBackend
+from workloads import CountingBackend, model_workloads
 
 from kiln.integration import backend as kiln_backend
 
@@ -34,8 +38,26 @@ def build(name: str):
     raise SystemExit(f"unknown model {name!r}")
 
 
+def inference_step(backend_name: str, args):
+    """(step function, counting backend or None): a bfloat16 forward under no_grad."""
+    (model, ids), = [(m, a[0]) for n, m, a in model_workloads("cuda") if n.startswith(args.model)]
+    model = model.to(torch.bfloat16)
+    counting = CountingBackend(kiln_backend) if backend_name == "kiln" else None
+    compiled = {"kiln": lambda: torch.compile(model, backend=counting), "inductor": lambda: torch.compile(model),
+                "eager": lambda: model}[backend_name]()
+
+    def step():
+        with torch.no_grad():
+            return compiled(ids)
+    return step, counting
+
+
 def run(backend_name: str, args) -> None:
     torch.manual_seed(0)
+    if args.inference:
+        step, counting = inference_step(backend_name, args)
+        measure(backend_name, step, counting, args)
+        return
     model, vocab, shape = build(args.model)
     model = zero_dropout(model).cuda().train()
     counting = None
@@ -57,6 +79,10 @@ def run(backend_name: str, args) -> None:
         optimizer.zero_grad(set_to_none=True)
         return loss
 
+    measure(backend_name, step, counting, args)
+
+
+def measure(backend_name: str, step, counting, args) -> None:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
@@ -88,8 +114,9 @@ def run(backend_name: str, args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default="bert", choices=["bert", "llama"])
+    parser.add_argument("--model", default="bert", choices=["bert", "llama", "gpt2"])
     parser.add_argument("--amp", action="store_true", help="autocast bfloat16")
+    parser.add_argument("--inference", action="store_true", help="a bfloat16 forward under no_grad")
     parser.add_argument("--backends", nargs="+", default=["eager", "inductor", "kiln"])
     parser.add_argument("--rows", type=int, default=30)
     args = parser.parse_args()
