@@ -4,7 +4,8 @@
 
 Builds the bfloat16 inference workloads of `tools/bench_low_precision.py` (HF models, 6 layers,
 d768, 8x512) plus a launch-bound chain of small pointwise/reduction ops, compiles each with
-Inductor (default mode, no CUDA graphs) and kiln, and reports per call: the host time to
+Inductor and kiln, each in the default mode and with mode="reduce-overhead" (CUDA graphs), and
+reports per call: the host time to
 enqueue it (the GPU is never waited for inside the timed loop), the wall time with a sync, and
 the host microseconds per launched GPU kernel. `--profile N` then prints kiln's N costliest
 Python functions (cProfile, by own time) over 50 calls of the first workload.
@@ -63,11 +64,14 @@ def host_and_wall(fn, args, repeat: int = 50) -> tuple[float, float]:
     return statistics.median(hosts), statistics.median(walls)
 
 
-def compiled(backend: str, fn):
+BACKENDS = (("inductor", None), ("kiln", None), ("inductor", "reduce-overhead"), ("kiln", "reduce-overhead"))
+
+
+def compiled(backend: str, mode: str | None, fn):
     torch._dynamo.reset()
     if backend == "inductor":
-        return torch.compile(fn), None
-    counting = CountingBackend(kiln_backend)
+        return torch.compile(fn, mode=mode), None
+    counting = CountingBackend(lambda gm, ex: kiln_backend(gm, ex, mode=mode))
     return torch.compile(fn, backend=counting), counting
 
 
@@ -83,16 +87,17 @@ def main() -> None:
     profiled = False
     with torch.no_grad():
         for name, fn, fargs in workloads(args.model):
-            for backend in ("inductor", "kiln"):
-                run, counting = compiled(backend, fn)
+            for backend, mode in BACKENDS:
+                run, counting = compiled(backend, mode, fn)
                 host, wall = host_and_wall(run, fargs)
                 if counting is not None and counting.calls == 0:
                     raise RuntimeError(f"{name}: Dynamo never called kiln")
                 kernels = kernels_per_call(run, fargs)
-                lines.append(f"| {name} | {backend} | {host * 1e3:.2f} | {wall * 1e3:.2f} | {kernels:.0f} | "
+                label = backend + (f" {mode}" if mode else "")
+                lines.append(f"| {name} | {label} | {host * 1e3:.2f} | {wall * 1e3:.2f} | {kernels:.0f} | "
                              f"{host * 1e6 / max(kernels, 1):.1f} |")
                 print(lines[-1], flush=True)
-                if backend == "kiln" and args.profile and not profiled:
+                if backend == "kiln" and not mode and args.profile and not profiled:
                     profiled = True  # now, before the next workload's dynamo reset recompiles it
                     print_profile(run, fargs, args.profile)
         if args.out:

@@ -14,6 +14,7 @@ import torch.fx as fx
 
 from .boxed_inputs import FlatInputs, flatten_list_inputs, has_list_inputs
 from .compiled_autograd import rewrite_accumulate_grad
+from .cudagraphs import reduce_overhead, writes_to_inputs
 from .options import KilnOptions
 from .pipeline import compile_graph
 from .report import GraphReport, Report
@@ -64,7 +65,14 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | No
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} for the kiln backend; valid: {MODES[1:]}")
-    return _compile(gm, example_inputs, KilnOptions.create(options), None)
+    writes_inputs = mode == "reduce-overhead" and writes_to_inputs(gm)  # before compiling rewrites gm
+    ops = sum(n.op.startswith("call") for n in gm.graph.nodes)
+    module = _compile(gm, example_inputs, KilnOptions.create(options), None)
+    if mode == "reduce-overhead":
+        return reduce_overhead(module, example_inputs, f"the compiled graph of {ops} ops", writes_inputs)
+    if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
+        warnings.warn(f"kiln: mode={mode!r} does not tune kernels yet; compiling as the default mode", stacklevel=2)
+    return module
 
 
 def explain(fn: Callable[..., Any], *args: Any, options: dict[str, Any] | KilnOptions | None = None,
