@@ -58,10 +58,15 @@ def registered() -> dict[str, loopir.Codegen]:
 
 
 def device_type(example_inputs: Sequence[Any]) -> str:
+    """The device type the graph's kernels are generated for: its inputs' one device type, or
+    the one besides "cpu" (CPU tensors in a GPU graph, such as scalars compiled autograd passes,
+    are then read by eager ATen ops only: the partitioner keeps nodes touching them out of
+    regions)."""
     devices = sorted({t.device.type for t in example_inputs if isinstance(t, torch.Tensor)})
-    if len(devices) > 1:
+    accelerators = [d for d in devices if d != "cpu"]
+    if len(accelerators) > 1:
         raise ValueError(f"graph inputs live on several devices ({', '.join(devices)})")
-    return devices[0] if devices else "cpu"
+    return accelerators[0] if accelerators else "cpu"
 
 
 def select(device: str, options: KilnOptions) -> Selected:

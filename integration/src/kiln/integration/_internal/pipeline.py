@@ -64,7 +64,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
         dump.write("dynamo", lambda: gm.print_readable(print_output=False), ".py")
         if check:
             capture.verify(gm)
-    codegen = codegens.select(codegens.device_type(example_inputs), options)
+    device = codegens.device_type(example_inputs)
+    codegen = codegens.select(device, options)
     if is_training(example_inputs):
         def backward_report(results: _RegionResults, backward_stages: _Stages) -> None:
             report = _report(index, results, backward_stages, location, training=True, backward=True)
@@ -141,7 +142,8 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
         # what a node reads counts too: a region input of another dtype is one its codegen must load
         lowered_ops = loopir.supported_ops(options.lowerings)
         supported = (partition.supports_ops(lowered_ops)
-                     & partition.supports_dtypes(dtypes) & partition.Supported(_InputDtypes(dtypes), "input dtypes"))
+                     & partition.supports_dtypes(dtypes) & partition.Supported(_InputDtypes(dtypes), "input dtypes")
+                     & partition.Supported(_OneDevice(decomposed.graph), "tensors on the graph's device"))
         parted = partition.partition(decomposed, supported, min_size=options.min_region_size)
         dump.write(f"{prefix}partitioned", lambda: parted.print_readable(print_output=False), ".py")
         dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
@@ -231,6 +233,7 @@ def _outside_nodes(parted: fx.GraphModule, codegen: codegens.Selected, options: 
     """
     report = parted.meta.get("kiln_partition")
     reasons = {u.name: u.reason for u in getattr(report, "outside", getattr(report, "unsupported", ()))}
+    one_device = _OneDevice(parted.graph)
     fallbacks = []
     for node in parted.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem or partition.is_collective(node):
@@ -247,10 +250,30 @@ def _outside_nodes(parted: fx.GraphModule, codegen: codegens.Selected, options: 
                 if not options.fallback:
                     raise NotImplementedError(f"kiln: {loopir.node_location(node)}: {reason}; pass fallback=True to run "
                                               "it eagerly")
+            elif not one_device(node):
+                reason = "it reads or makes a CPU tensor in a graph of another device (kept with eager ATen)"
             else:
                 reason = f"loopir has no lowering for {node.target}"
         fallbacks.append(FallbackNode(node.name, str(node.target), reason))
     return tuple(fallbacks)
+
+
+class _OneDevice:
+    """A partition predicate: every tensor `node` reads or makes lives on one device type, the
+    graph's accelerator's when it has one (a CPU scalar in a GPU graph stays with eager ATen)."""
+
+    def __init__(self, graph: fx.Graph) -> None:
+        types = {v.device.type for n in graph.nodes if n.op == "placeholder" for v in _tensor_vals(n)}
+        self.accelerator = next((t for t in sorted(types) if t != "cpu"), None)
+
+    def __call__(self, node: fx.Node) -> bool:
+        types = {v.device.type for n in (node, *node.all_input_nodes) for v in _tensor_vals(n)}
+        return len(types) <= 1 and not (types == {"cpu"} and self.accelerator is not None)
+
+
+def _tensor_vals(node: fx.Node) -> list[torch.Tensor]:
+    val = node.meta.get("val")
+    return [v for v in (val if isinstance(val, (tuple, list)) else (val,)) if isinstance(v, torch.Tensor)]
 
 
 class _InputDtypes:
