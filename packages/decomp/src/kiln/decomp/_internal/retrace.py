@@ -216,10 +216,14 @@ def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
     return obj
 
 
+_VIEWS_BY_SHAPE = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
+
 class _AttrLiftingInterpreter(fx.Interpreter):
     """Runs ``gm`` on flat arguments: its placeholders, then its tensor attributes.
 
-    In-place ops whose mutation nobody observes run as their out-of-place op (inplace.py).
+    In-place ops whose mutation nobody observes run as their out-of-place op (inplace.py); a
+    view whose input came out of the retrace laid out so that it cannot be viewed is a reshape.
     """
 
     def __init__(self, gm: fx.GraphModule, attr_targets: list[str]) -> None:
@@ -235,7 +239,18 @@ class _AttrLiftingInterpreter(fx.Interpreter):
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         target = self._functional.get(self._node, target)
-        return super().call_function(target, args, kwargs)
+        if target not in _VIEWS_BY_SHAPE:
+            return super().call_function(target, args, kwargs)
+        try:
+            return super().call_function(target, args, kwargs)
+        except (RuntimeError, ValueError) as error:
+            if "view" not in str(error):
+                raise
+        # The graph's trace laid this view's input out so that it could be viewed; a
+        # decomposition upstream gave it another layout (a norm of a channels-last tensor
+        # keeps its strides): reshape copies where the view cannot, as eager's reshape does.
+        log.debug("decompose: %s of a tensor laid out differently than traced: reshaped", self._node)
+        return super().call_function(torch.ops.aten.reshape.default, args, kwargs)
 
     def run_flat(self, *args: Any) -> Any:
         split = len(args) - len(self._attr_targets)
