@@ -15,6 +15,7 @@ raised, counted by category); Dynamo refused (Dynamo itself would not trace the 
 no kernels (kiln compiled the graph but generated no kernel, e.g. a program of views only).
 
     python tools/fuzz.py --programs 2000 --seed 0 [--workers 8] [--jsonl results.jsonl] [--show-errors]
+    python tools/fuzz.py --seed 0 --minimize 123   # program 123 of that run, shrunk
 """
 
 from __future__ import annotations
@@ -302,6 +303,29 @@ def run_one(program: Program, codegen: str, dynamic: bool) -> Outcome:
     return outcome
 
 
+def minimize(program: Program, codegen: str, dynamic: bool) -> Program:
+    """A smaller program with the same outcome (kind and category): lines dropped one at a time
+    while it persists (a line another still uses makes the program invalid, and stays)."""
+    target = run_one(program, codegen, dynamic)
+    key = (target.kind, target.category)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(program.lines)):
+            name = program.lines[i].split(" = ")[0] if " = " in program.lines[i] else None
+            outputs = [o for o in program.outputs if o != name] or program.outputs
+            candidate = dataclasses.replace(program, lines=program.lines[:i] + program.lines[i + 1:], outputs=outputs)
+            try:
+                candidate.function()(*candidate.make_inputs())
+            except Exception:  # noqa: BLE001 - an invalid candidate is simply not taken
+                continue
+            outcome = run_one(candidate, codegen, dynamic)
+            if (outcome.kind, outcome.category) == key:
+                program, changed = candidate, True
+                break
+    return program
+
+
 def _triton_interpreter(codegen: str) -> bool:
     """Whether `codegen` runs on Triton's interpreter, whose casts to bfloat16 are wrong (float32
     is truncated, not rounded to nearest even; float64 gives garbage): not kiln's to test."""
@@ -363,8 +387,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jsonl", help="append one JSON line per program here")
     parser.add_argument("--show-errors", action="store_true", help="print each kiln error's program")
     parser.add_argument("--workers", type=int, default=1, help="processes running programs in parallel")
+    parser.add_argument("--minimize", type=int, metavar="INDEX",
+                        help="shrink program INDEX of this seed's run to the fewest lines with its outcome")
     args = parser.parse_args(argv)
     _one_thread()
+    if args.minimize is not None:
+        codegen, dynamic = configurations(args.minimize)
+        program = generate(args.seed * 1_000_003 + args.minimize, bfloat16=not _triton_interpreter(codegen))
+        small = minimize(program, codegen, dynamic)
+        outcome = run_one(small, codegen, dynamic)
+        print(f"{outcome.kind} ({codegen}, dynamic={dynamic}): {outcome.category}\n{small.repro()}")
+        return 0
     outcomes: list[Outcome] = []
     started = time.perf_counter()
     with open(args.jsonl, "a") if args.jsonl else contextlib.nullcontext() as log:
