@@ -7,7 +7,9 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import pathlib
 import stat
+import tempfile
 
 import pytest
 import torch
@@ -79,6 +81,9 @@ def test_default_cache_dir_is_per_user(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the XDG spec: only absolute paths count
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert CppOptions().cache_dir == tmp_path / "home" / ".cache" / "kiln" / "codegen_cpp"
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "file" / "home"))  # a home kiln cannot create
+    assert CppOptions().cache_dir == pathlib.Path(tempfile.gettempdir()) / f"kiln-cache-{os.getuid()}" / "codegen_cpp"
 
 
 def test_cache_directories_are_created_private(tmp_path):

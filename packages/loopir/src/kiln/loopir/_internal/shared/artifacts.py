@@ -34,15 +34,27 @@ class ArtifactCacheError(RuntimeError):
 def default_cache_root() -> pathlib.Path:
     """Where kiln caches generated code unless told otherwise: ``$XDG_CACHE_HOME/kiln`` (an
     absolute XDG_CACHE_HOME only, as the XDG spec says), else ``~/.cache/kiln``; without a home
-    directory, a per-user directory in the temp directory."""
+    directory kiln can write to (a bare container user), a per-user directory in the temp
+    directory (`ensure_directory` makes it private and refuses one another user made)."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(base):
         return pathlib.Path(base) / "kiln"
     try:
-        return pathlib.Path.home() / ".cache" / "kiln"
-    except RuntimeError:  # no home directory (a bare container user)
-        user = os.getuid() if hasattr(os, "getuid") else os.getlogin()
-        return pathlib.Path(tempfile.gettempdir()) / f"kiln-cache-{user}"
+        candidate = pathlib.Path.home() / ".cache" / "kiln"
+    except RuntimeError:
+        candidate = None
+    if candidate is not None and _creatable(candidate):
+        return candidate
+    user = os.getuid() if hasattr(os, "getuid") else os.getlogin()
+    return pathlib.Path(tempfile.gettempdir()) / f"kiln-cache-{user}"
+
+
+def _creatable(path: pathlib.Path) -> bool:
+    """Whether `path` exists as a directory or this user could create it."""
+    for ancestor in (path, *path.parents):
+        if ancestor.exists():
+            return ancestor.is_dir() and os.access(ancestor, os.W_OK | os.X_OK)
+    return False
 
 
 class ArtifactCache:
