@@ -16,6 +16,7 @@ One call of the compiled function:
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -90,6 +91,17 @@ class AotCompiled(torch.nn.Module):
 
     def forward(self, *args: object) -> object:
         return self._runtime(args)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> AotCompiled:
+        """A copy reading the parameters of a deep copy of the traced module; the traced and
+        compiled graphs (which hold fake tensors) are shared, as nothing changes them. Dynamo's
+        accuracy minifier deep-copies the compiled module before each run."""
+        clone = copy.copy(self)
+        clone.__dict__ = dict(self.__dict__)
+        fn = self._runtime.fn
+        clone._runtime = copy.copy(self._runtime)
+        clone._runtime.fn = copy.deepcopy(fn, memo) if isinstance(fn, torch.nn.Module) else fn
+        return clone
 
 
 class _Runtime:
