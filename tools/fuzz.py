@@ -131,7 +131,7 @@ def _fill(template: str, rng: random.Random, names: list[str], values: dict[str,
     d, e = rng.randrange(-rank, rank), rng.randrange(rank)
     index_dim = tensor.shape[d] if tensor.dim() else 1
     count = rng.randint(1, 4)
-    index = f"torch.tensor({[rng.randrange(index_dim) for _ in range(count)]})"
+    index = f"torch.tensor({[rng.randrange(max(index_dim, 1)) for _ in range(count)]})"
     try:
         return template.format(a=a, b=b, d=d, e=e, k=rng.random() < 0.5, index=index)
     except (IndexError, KeyError):
