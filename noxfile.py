@@ -129,6 +129,16 @@ def gpu_check(session: nox.Session) -> None:
 
 
 @nox.session
+def fuzz(session: nox.Session) -> None:
+    """Differential fuzzer: random programs through the C++ codegen and the Triton interpreter,
+    static and dynamic shapes, fallback=False, vs eager (tools/fuzz.py; posargs go to it, e.g.
+    `nox -s fuzz -- --programs 2000 --workers 8`). Fails if any result is wrong."""
+    _install_all(session)
+    session.run("python", str(ROOT / "tools" / "fuzz.py"), *(session.posargs or ["--programs", "2000"]),
+                env={"TRITON_INTERPRET": "1"})
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff, and a check that no package imports a kiln package it does not declare."""
     session.install("ruff")

@@ -36,6 +36,8 @@ MASKS = [True, True, True]
 CASES = {
     aten.var_mean.correction: [("dims", lambda x: aten.var_mean.correction(x, [0, 2], correction=1), [r(3, 4, 5)])],
     aten.var.correction: [("all", lambda x: aten.var.correction(x, None, correction=0), [r(3, 4)])],
+    aten.std.correction: [("dims", lambda x: aten.std.correction(x, [1], correction=1, keepdim=True), [r(3, 4, 5)]),
+                          ("all", lambda x: aten.std.correction(x, None, correction=0), [r(6)])],
     aten.clamp.default: [("both", lambda x: aten.clamp.default(x, -0.5, 0.5), [r(10)])],
     aten.clamp.Tensor: [("tensor", lambda x, lo: aten.clamp.Tensor(x, lo), [r(3, 4), r(4)])],
     aten.full_like.default: [("like", lambda x: aten.full_like.default(x, 2.0), [r(3)])],

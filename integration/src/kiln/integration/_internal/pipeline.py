@@ -130,21 +130,14 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
                  stages: _Stages, check: bool, prefix: str = "") -> tuple[fx.GraphModule, _RegionResults]:
     """decomp -> partition -> loopir -> codegen on a functional ATen graph."""
     with stages.stage(f"{prefix}decomp"):
-        epilogues = options.bias_epilogues
-        if epilogues is None:
-            epilogues = codegen.codegen.capabilities.bias_epilogues
-        decomposed = decomp.decompose(aten, decomp.loop_level(bias_epilogues=epilogues))
+        decomposed = decompose_graph(aten, options, codegen)
         dump.write(f"{prefix}decomposed", lambda: decomposed.print_readable(print_output=False), ".py")
         if check:
             decomp.verify(decomposed)
     with stages.stage(f"{prefix}partition"):
         dtypes = loopir.SUPPORTED_DTYPES & codegen.codegen.capabilities.dtypes
-        # what a node reads counts too: a region input of another dtype is one its codegen must load
         lowered_ops = loopir.supported_ops(options.lowerings)
-        supported = (partition.supports_ops(lowered_ops)
-                     & partition.supports_dtypes(dtypes) & partition.Supported(_InputDtypes(dtypes), "input dtypes")
-                     & partition.Supported(_OneDevice(decomposed.graph), "tensors on the graph's device"))
-        parted = partition.partition(decomposed, supported, min_size=options.min_region_size)
+        parted = partition_graph(decomposed, options, codegen)
         dump.write(f"{prefix}partitioned", lambda: parted.print_readable(print_output=False), ".py")
         dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
         if check:
@@ -153,6 +146,24 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
     results.fallbacks += _outside_nodes(parted, codegen, options, dtypes, lowered_ops)
     results.collectives += tuple(str(n.target) for n in parted.graph.nodes if partition.is_collective(n))
     return inline_regions(parted), results
+
+
+def decompose_graph(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected) -> fx.GraphModule:
+    """The decomp stage: `aten` with the loop-level table applied."""
+    epilogues = options.bias_epilogues
+    if epilogues is None:
+        epilogues = codegen.codegen.capabilities.bias_epilogues
+    return decomp.decompose(aten, decomp.loop_level(bias_epilogues=epilogues))
+
+
+def partition_graph(decomposed: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected) -> fx.GraphModule:
+    """The partition stage: regions of what loopir lowers for `codegen` (submodules, eager ATen)."""
+    dtypes = loopir.SUPPORTED_DTYPES & codegen.codegen.capabilities.dtypes
+    # what a node reads counts too: a region input of another dtype is one its codegen must load
+    supported = (partition.supports_ops(loopir.supported_ops(options.lowerings))
+                 & partition.supports_dtypes(dtypes) & partition.Supported(_InputDtypes(dtypes), "input dtypes")
+                 & partition.Supported(_OneDevice(decomposed.graph), "tensors on the graph's device"))
+    return partition.partition(decomposed, supported, min_size=options.min_region_size)
 
 
 class _RegionResults:

@@ -7,7 +7,8 @@
 * `CheckSite` / `raise_failed_check`: the run-time check/status protocol;
 * `SizeFunction` / `compile_size` / `evaluate_size`: size expressions evaluated on the host
   without `eval`;
-* `ArtifactCache`: the content-hash artifact cache, with atomic writes and verified loads;
+* `ArtifactCache`: the content-hash artifact cache, with atomic writes and verified loads, and
+  `default_cache_root()`, its per-user default place;
 * `node_summary`: the one-line description of a node codegens put above its code;
 * `scatter_bases`: which input a runtime copies into which output before a scatter kernel runs;
 * `philox`: the definition of the random-number ops (`rand`, `randn`, `randint64`) every
@@ -17,7 +18,7 @@ kiln's C++ and Triton codegens are built on it; a third-party codegen can be too
 """
 
 from ._internal import philox
-from ._internal.shared.artifacts import ArtifactCache, ArtifactCacheError
+from ._internal.shared.artifacts import ArtifactCache, ArtifactCacheError, default_cache_root
 from ._internal.shared.checks import CheckSite, raise_failed_check
 from ._internal.shared.handler import TextHandler
 from ._internal.shared.host import SizeFunction, compile_size, evaluate_size
@@ -25,6 +26,6 @@ from ._internal.shared.walker import KernelWalker, ReductionParts, node_summary,
 
 __all__ = [
     "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",
-    "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "node_summary", "philox",
-    "scatter_bases",
+    "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "default_cache_root", "node_summary",
+    "philox", "scatter_bases",
 ]

@@ -5,7 +5,9 @@ One call of the compiled function:
 1. the lifted module tensors (parameters, buffers) are appended to the user inputs;
 2. with grad mode on and some input requiring grad, a ``torch.autograd.Function`` runs the
    compiled forward and saves what the partition says; its backward compiles the backward
-   graph on first use and runs it. Otherwise a forward-only graph runs and nothing is saved;
+   graph on first use and runs it (outputs the loss never reached count as zero, and inputs
+   reached only through them get None gradients, as in eager). Otherwise a forward-only graph
+   runs and nothing is saved;
 3. the new values of mutated inputs are copied into the real inputs (under autograd, so a
    mutated input that requires grad gets the right history);
 4. outputs that are inputs or views of inputs are rebuilt from the real inputs
@@ -14,6 +16,7 @@ One call of the compiled function:
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -88,6 +91,17 @@ class AotCompiled(torch.nn.Module):
 
     def forward(self, *args: object) -> object:
         return self._runtime(args)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> AotCompiled:
+        """A copy reading the parameters of a deep copy of the traced module; the traced and
+        compiled graphs (which hold fake tensors) are shared, as nothing changes them. Dynamo's
+        accuracy minifier deep-copies the compiled module before each run."""
+        clone = copy.copy(self)
+        clone.__dict__ = dict(self.__dict__)
+        fn = self._runtime.fn
+        clone._runtime = copy.copy(self._runtime)
+        clone._runtime.fn = copy.deepcopy(fn, memo) if isinstance(fn, torch.nn.Module) else fn
+        return clone
 
 
 class _Runtime:
@@ -244,6 +258,12 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
             ]
             ctx.save_for_backward(*saved)
             ctx.kiln_sizes = results[num_forward + num_saved :]
+            # Outputs the loss never reached get None, not zeros: the inputs only they lead to
+            # keep None gradients, as in eager (an optimizer then leaves those parameters alone).
+            ctx.set_materialize_grads(False)
+            ctx.kiln_tangent_likes = [
+                (o.shape, o.dtype, o.device) for o in (outputs[j] for j in joint.tangent_outputs)
+            ]
             ctx.mark_non_differentiable(
                 *(
                     o
@@ -255,18 +275,47 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
 
         @staticmethod
         def backward(ctx, *grad_outputs):
-            tangents = [_dense(grad_outputs[j]) for j in joint.tangent_outputs]
+            tangents = [grad_outputs[j] for j in joint.tangent_outputs]
+            unreached = {k for k, t in enumerate(tangents) if t is None}
+            tangents = [
+                _dense(t) if t is not None else torch.zeros(shape, dtype=dtype, device=device)
+                for t, (shape, dtype, device) in zip(tangents, ctx.kiln_tangent_likes, strict=True)
+            ]
             create_graph = torch.is_grad_enabled()
             with torch.no_grad():
                 grads = tuple(_backward_graph(runtime)(*ctx.saved_tensors, *ctx.kiln_sizes, *tangents))
             if create_graph:
                 grads = _no_double_backward(grads)
+            reaching = None
+            if unreached and not torch.compiler.is_compiling():  # compiled autograd: zeros, as before
+                reaching = _tangents_reaching_outputs(runtime.partition.bw_gm, len(tangents))
             result: list[object] = [None] * joint.num_primals
-            for i, grad in zip(joint.grad_inputs, grads, strict=True):
-                result[i] = grad
+            for k, (i, grad) in enumerate(zip(joint.grad_inputs, grads, strict=True)):
+                if reaching is None or not reaching[k] or not reaching[k] <= unreached:
+                    result[i] = grad
             return tuple(result)
 
     return KilnCompiledFunction
+
+
+@functools.lru_cache(maxsize=64)
+def _tangents_reaching_outputs(bw_gm: torch.fx.GraphModule, num_tangents: int) -> tuple[frozenset[int], ...]:
+    """For each output of the backward graph, which tangents (its last ``num_tangents``
+    placeholders, by position) it is computed from."""
+    placeholders = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
+    first_tangent = len(placeholders) - num_tangents
+    reached: dict[torch.fx.Node, frozenset[int]] = {
+        node: frozenset([index - first_tangent]) if index >= first_tangent else frozenset()
+        for index, node in enumerate(placeholders)
+    }
+    for node in bw_gm.graph.nodes:
+        if node.op != "placeholder":
+            reached[node] = frozenset().union(*(reached[n] for n in node.all_input_nodes))
+    values = bw_gm.graph.output_node().args[0]
+    return tuple(
+        reached[value] if isinstance(value, torch.fx.Node) else frozenset()
+        for value in (values if isinstance(values, (tuple, list)) else (values,))
+    )
 
 
 def _backward_graph(runtime: _Runtime) -> Callable[..., Sequence[object]]:

@@ -1,6 +1,6 @@
 """Compiling generated C++ into a shared library, cached on disk by content hash (loopir's
-`ArtifactCache`: atomic writes, and a library whose checksum does not match is rebuilt, never
-loaded)."""
+`ArtifactCache`: a private per-user directory, atomic writes, and a library whose recorded size
+and checksum do not match is rebuilt with a warning, never loaded)."""
 
 from __future__ import annotations
 
@@ -54,11 +54,13 @@ def build_library(source: str, options: CppOptions) -> tuple[pathlib.Path, bool]
     if any(flag.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for flag in command):
         key_parts.append(_host_cpu())
     cache = ArtifactCache(options.cache_dir)
-    directory = options.cache_dir / cache.key(*key_parts)
+    # The whole cache first: a library found in a directory other users can write to is never
+    # trusted, whatever its checksum says.
+    cache.ensure_directory()
+    directory = cache.ensure_directory(options.cache_dir / cache.key(*key_parts))
     library = directory / "kernels.so"
     if cache.verified(library):
         return library, True
-    cache.ensure_directory(directory)
     source_path = directory / "kernels.cpp"
     cache.write(source_path, source)
     # A unique temporary, then an atomic rename: concurrent builders (processes or threads)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import tempfile
+
+from kiln.loopir.codegen import default_cache_root
 
 # The default of `CppOptions.vectorize` when KILN_CPP_VECTORIZE is unset or empty.
 VECTORIZE_DEFAULT = False
@@ -28,7 +29,9 @@ def default_vectorize() -> bool:
 
 
 def default_cache_dir() -> pathlib.Path:
-    return pathlib.Path(tempfile.gettempdir()) / "kiln-cache" / "codegen_cpp"
+    """Per user: ``$XDG_CACHE_HOME/kiln/codegen_cpp`` or ``~/.cache/kiln/codegen_cpp`` (loopir's
+    `default_cache_root`), never a fixed path in the shared temp directory."""
+    return default_cache_root() / "codegen_cpp"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pathlib
-import tempfile
+
+from kiln.loopir.codegen import default_cache_root
 
 log = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> pathlib.Path:
-    return pathlib.Path(tempfile.gettempdir()) / "kiln-cache" / "codegen_triton"
+    """Per user: ``$XDG_CACHE_HOME/kiln/codegen_triton`` or ``~/.cache/kiln/codegen_triton`` (loopir's
+    `default_cache_root`), never a fixed path in the shared temp directory."""
+    return default_cache_root() / "codegen_triton"
 
 
 def _is_power_of_two(n: int) -> bool:

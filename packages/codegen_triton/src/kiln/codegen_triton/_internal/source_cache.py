@@ -2,7 +2,7 @@
 
 `triton.jit` reads a kernel's source back from its file (`inspect.getsource`), so generated
 code must live in a real file: ``<cache_dir>/kiln_triton_<hash>.py``, written through loopir's
-`ArtifactCache` (atomic, with a checksum). A module already imported in this process is reused;
+`ArtifactCache` (a private per-user directory, atomic writes, a checksum). A module already imported in this process is reused;
 a file on disk whose checksum matches counts as a cache hit (a damaged one is written again).
 """
 
@@ -26,6 +26,7 @@ _MODULES: dict[pathlib.Path, types.ModuleType] = {}
 def write_source(source: str, cache_dir: pathlib.Path) -> tuple[pathlib.Path, bool]:
     """Write `source` to the cache unless a verified copy is there. Returns (path, cache hit)."""
     cache = ArtifactCache(cache_dir, "kiln_triton_")
+    cache.ensure_directory()  # private to this user before anything in it is trusted
     path = cache.path(cache.key(source), ".py")
     if cache.verified(path):
         return path, True

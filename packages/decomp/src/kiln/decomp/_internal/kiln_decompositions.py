@@ -40,20 +40,31 @@ def _reduction_dims(x: torch.Tensor, dim: Sequence[int] | int | None) -> list[in
 
 
 def _var_and_mean(x: torch.Tensor, dims: list[int], correction: Any) -> tuple[Any, Any]:
-    """(var, mean) over ``dims`` with keepdim=True, computed in at least float32."""
+    """(var, mean) over ``dims`` with keepdim=True, computed in at least float32.
+
+    Two passes over the data shifted by its first element along ``dims`` (var(x) = var(x - x0)):
+    values near the float maximum then neither overflow the mean's sum nor turn its rounding
+    error into an overflowing square, and a large mean does not cancel a small spread, as
+    eager's Welford. Empty reductions are not shifted (there is no first element)."""
     compute = x
     if x.dtype in _LOW_PRECISION:
         compute = aten._to_copy.default(x, dtype=torch.float32)
-    mean = aten.mean.dim(compute, dims, True)
-    diff = aten.sub.Tensor(compute, mean)
-    squares = aten.sum.dim_IntList(aten.mul.Tensor(diff, diff), dims, True)
     count = 1
     for d in dims:
         count = count * x.shape[d]
+    shift = None
+    if all(x.shape[d] != 0 for d in dims):
+        shift = compute
+        for d in dims:
+            shift = aten.slice.Tensor(shift, d, 0, 1)
+        compute = aten.sub.Tensor(compute, shift)
+    mean = aten.mean.dim(compute, dims, True)
+    diff = aten.sub.Tensor(compute, mean)
+    squares = aten.sum.dim_IntList(aten.mul.Tensor(diff, diff), dims, True)
     correction = 1 if correction is None else correction
     # torch divides by max(N - correction, 0): too few elements give inf/nan, not an error.
     var = aten.div.Tensor(squares, torch.sym_max(count - correction, 0))
-    return var, mean
+    return var, mean if shift is None else aten.add.Tensor(mean, shift)
 
 
 def _finish(t: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype) -> Any:
@@ -66,7 +77,7 @@ def _finish(t: torch.Tensor, dims: list[int], keepdim: bool, dtype: torch.dtype)
 
 @decomposes(aten.var_mean.correction)
 def var_mean_correction(x, dim=None, *, correction=None, keepdim=False):
-    """var_mean as mean, sub, mul, sum, div (two passes, like torch's reference)."""
+    """var_mean as sub, mean, sub, mul, sum, div (two passes over shifted data)."""
     dims = _reduction_dims(x, dim)
     if dims is None or not x.is_floating_point():
         return NotImplemented
@@ -76,12 +87,22 @@ def var_mean_correction(x, dim=None, *, correction=None, keepdim=False):
 
 @decomposes(aten.var.correction)
 def var_correction(x, dim=None, *, correction=None, keepdim=False):
-    """var as mean, sub, mul, sum, div."""
+    """var as sub, mean, sub, mul, sum, div."""
+    return _variance(x, dim, correction, keepdim, root=False)
+
+
+@decomposes(aten.std.correction)
+def std_correction(x, dim=None, *, correction=None, keepdim=False):
+    """std as the square root of var (torch's own divides by a symbolic float under dynamic shapes)."""
+    return _variance(x, dim, correction, keepdim, root=True)
+
+
+def _variance(x: torch.Tensor, dim: Any, correction: Any, keepdim: bool, *, root: bool) -> Any:
     dims = _reduction_dims(x, dim)
     if dims is None or not x.is_floating_point():
         return NotImplemented
     var, _ = _var_and_mean(x, dims, correction)
-    return _finish(var, dims, keepdim, x.dtype)
+    return _finish(aten.sqrt.default(var) if root else var, dims, keepdim, x.dtype)
 
 
 def _clamp_dtype(x: torch.Tensor, bounds: Sequence[Any]) -> torch.dtype | None:
@@ -245,6 +266,7 @@ def lift_fresh_copy(x):
 BASIC_DECOMPOSITIONS = (
     var_mean_correction,
     var_correction,
+    std_correction,
     clamp_scalar,
     clamp_tensor,
     full_like,

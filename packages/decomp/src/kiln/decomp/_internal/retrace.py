@@ -7,6 +7,10 @@ node a decomposition emits inherits the ``stack_trace`` (and module stack, ...) 
 node it came from. Tensor attributes (``get_attr``) are passed in as extra inputs, so the
 fake mode never meets a real tensor and the attributes keep their names; the traced graph
 is then copied into a graph with the original placeholders, attributes and codegen.
+
+Values from several fake modes (a graph pieced together from several traces), and ops with
+data-dependent output shapes in a graph traced without a ShapeEnv (``make_fx`` in real mode),
+are retraced under a fresh fake mode with a ShapeEnv: such sizes become unbacked symbols.
 """
 
 from __future__ import annotations
@@ -20,9 +24,14 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+    FakeTensorMode,
+)
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.fx.experimental.symbolic_shapes import free_symbols
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_symbols
 
 from .casts import fold_exact_casts
 from .cleanup import eliminate_dead_pure_nodes
@@ -61,11 +70,12 @@ def _decompose(
     table: Mapping[Any, Any],
     example_inputs: Sequence[Any] | None,
     retraces: int,
+    own_shape_env: bool = False,
 ) -> fx.GraphModule:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    fake_mode, inputs = _fake_inputs(placeholders, example_inputs)
+    fake_mode, inputs = _fake_inputs(placeholders, example_inputs, own_shape_env)
     attr_targets, attr_values = _lifted_attributes(gm, fake_mode)
-    symbolic = fake_mode.shape_env is not None and _any_symbolic(inputs)
+    symbolic = fake_mode.shape_env is not None and (own_shape_env or _any_symbolic(inputs))
     runner = _AttrLiftingInterpreter(gm, attr_targets)
     mode = TableDispatchMode(table, frozenset(getattr(table, "kept", ())))
 
@@ -73,18 +83,26 @@ def _decompose(
         with below_autograd(), mode:
             return runner.run_flat(*args)
 
-    with fx.traceback.preserve_node_meta():
-        # the table is also make_fx's, for the bodies of higher-order ops (dispatch_mode.py)
-        traced = make_fx(
-            run_under_table,
-            decomposition_table=table,
-            tracing_mode="symbolic" if symbolic else "fake",
-        )(*inputs, *attr_values)
+    try:
+        with fx.traceback.preserve_node_meta():
+            # the table is also make_fx's, for the bodies of higher-order ops (dispatch_mode.py)
+            traced = make_fx(
+                run_under_table,
+                decomposition_table=table,
+                tracing_mode="symbolic" if symbolic else "fake",
+            )(*inputs, *attr_values)
+    except (DynamicOutputShapeException, DataDependentOutputException):
+        if own_shape_env or fake_mode.shape_env is not None:
+            raise
+        # an op with a data-dependent output shape (unique_consecutive, nonzero) in a graph
+        # whose values came without a ShapeEnv (make_fx in real mode): retrace under a fake
+        # mode with one, where such sizes become unbacked symbols
+        return _decompose(gm, table, example_inputs, retraces, own_shape_env=True)
     result, converted = _rebuild(gm, traced, placeholders, attr_targets)
     if retraces and any(op in table for op in converted):
         # in-place ops the retrace's composite kernels made became out-of-place ops the
         # table decomposes (copy_ -> copy): one more retrace applies the table to them
-        return _decompose(result, table, None, retraces - 1)
+        return _decompose(result, table, None, retraces - 1, own_shape_env)
     result, _ = fold_exact_casts(result)
     log.debug(
         "decompose: %d nodes -> %d nodes (%s shapes)",
@@ -96,9 +114,11 @@ def _decompose(
 
 
 def _fake_inputs(
-    placeholders: list[fx.Node], example_inputs: Sequence[Any] | None
+    placeholders: list[fx.Node], example_inputs: Sequence[Any] | None, own_shape_env: bool = False
 ) -> tuple[FakeTensorMode, list[Any]]:
-    """The fake mode to trace under and one fake value per placeholder."""
+    """The fake mode to trace under and one fake value per placeholder: the values' own mode,
+    or (values from several fake modes, or `own_shape_env`) a fresh mode with a ShapeEnv in
+    which static-shaped values are made again."""
     recorded = [_recorded_value(n) for n in placeholders]
     if all(v is not _MISSING for v in recorded):
         values = recorded
@@ -115,8 +135,30 @@ def _fake_inputs(
             f"decompose: the graph has {len(placeholders)} placeholders but "
             f"{len(values)} example inputs were given"
         )
-    fake_mode = detect_fake_mode(values) or FakeTensorMode()
+    try:
+        fake_mode = detect_fake_mode(values) or FakeTensorMode()
+    except AssertionError:  # values of different fake modes (a graph pieced from several traces)
+        own_shape_env = True
+    if own_shape_env:
+        fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+        return fake_mode, [_refake(fake_mode, v, n) for v, n in zip(values, placeholders)]
     return fake_mode, [_to_fake(fake_mode, v) for v in values]
+
+
+def _refake(fake_mode: FakeTensorMode, value: Any, node: fx.Node) -> Any:
+    """``value`` as a tensor of ``fake_mode`` (same sizes, strides, dtype, device)."""
+    if not isinstance(value, FakeTensor):
+        return _to_fake(fake_mode, value)
+    if value.fake_mode is fake_mode:
+        return value
+    if _any_symbolic([value]):
+        raise ValueError(
+            f"decompose: placeholder {node.name!r} has a symbolic-shaped value from another fake mode "
+            "than the other placeholders; trace the graph under one fake mode"
+        )
+    with fake_mode:
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device,
+                                   requires_grad=value.requires_grad)
 
 
 _MISSING = object()
@@ -174,10 +216,14 @@ def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
     return obj
 
 
+_VIEWS_BY_SHAPE = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
+
 class _AttrLiftingInterpreter(fx.Interpreter):
     """Runs ``gm`` on flat arguments: its placeholders, then its tensor attributes.
 
-    In-place ops whose mutation nobody observes run as their out-of-place op (inplace.py).
+    In-place ops whose mutation nobody observes run as their out-of-place op (inplace.py); a
+    view whose input came out of the retrace laid out so that it cannot be viewed is a reshape.
     """
 
     def __init__(self, gm: fx.GraphModule, attr_targets: list[str]) -> None:
@@ -193,7 +239,18 @@ class _AttrLiftingInterpreter(fx.Interpreter):
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         target = self._functional.get(self._node, target)
-        return super().call_function(target, args, kwargs)
+        if target not in _VIEWS_BY_SHAPE:
+            return super().call_function(target, args, kwargs)
+        try:
+            return super().call_function(target, args, kwargs)
+        except (RuntimeError, ValueError) as error:
+            if "view" not in str(error):
+                raise
+        # The graph's trace laid this view's input out so that it could be viewed; a
+        # decomposition upstream gave it another layout (a norm of a channels-last tensor
+        # keeps its strides): reshape copies where the view cannot, as eager's reshape does.
+        log.debug("decompose: %s of a tensor laid out differently than traced: reshaped", self._node)
+        return super().call_function(torch.ops.aten.reshape.default, args, kwargs)
 
     def run_flat(self, *args: Any) -> Any:
         split = len(args) - len(self._attr_targets)

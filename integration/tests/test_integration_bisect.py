@@ -1,0 +1,94 @@
+"""`kiln.integration.bisect` finds bugs planted in different stages of the pipeline."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.fx as fx
+
+from kiln import autograd_trace, loopir
+from kiln.codegen_cpp._internal import kernel_source
+from kiln.integration import bisect
+from kiln.integration._internal import pipeline
+
+aten = torch.ops.aten
+
+
+def _program(x, y):
+    return torch.softmax(x.sin() * y, -1) + 1
+
+
+def _args():
+    torch.manual_seed(0)
+    return torch.randn(4, 8), torch.randn(4, 8)
+
+
+def _sin_to_cos(gm: fx.GraphModule) -> fx.GraphModule:
+    """The planted bug: every sin computes cos."""
+    for module in gm.modules():
+        if isinstance(module, fx.GraphModule):
+            for node in module.graph.nodes:
+                if node.target is aten.sin.default:
+                    node.target = aten.cos.default
+            module.recompile()
+    return gm
+
+
+def test_a_correct_program_has_no_diverging_stage(tmp_path):
+    result = bisect(_program, *_args(), options={"cache_dir": tmp_path})
+    assert result.stage is None, str(result)
+    assert [stage for stage, _ in result.checked] == ["dynamo", "aten", "decomposed", "partitioned", "reference",
+                                                      "generated"]
+
+
+def test_a_bug_in_the_aten_trace(monkeypatch, tmp_path):
+    trace = autograd_trace.trace_inference
+    monkeypatch.setattr(autograd_trace, "trace_inference", lambda gm, inputs: _sin_to_cos(trace(gm, inputs)))
+    result = bisect(_program, *_args(), options={"cache_dir": tmp_path}, repro_dir=tmp_path)
+    assert result.stage == "aten" and result.graph == 0, str(result)
+    assert "output 0" in result.detail and "elements differ" in result.detail
+
+
+def test_a_bug_in_decomposition(monkeypatch, tmp_path):
+    decompose = pipeline.decompose_graph
+    monkeypatch.setattr(pipeline, "decompose_graph", lambda *a: _sin_to_cos(decompose(*a)))
+    result = bisect(_program, *_args(), options={"cache_dir": tmp_path}, repro_dir=tmp_path)
+    assert result.stage == "decomposed", str(result)
+
+
+def test_a_bug_in_partitioning(monkeypatch, tmp_path):
+    partition_graph = pipeline.partition_graph
+    monkeypatch.setattr(pipeline, "partition_graph", lambda *a: _sin_to_cos(partition_graph(*a)))
+    result = bisect(_program, *_args(), options={"cache_dir": tmp_path}, repro_dir=tmp_path)
+    assert result.stage == "partitioned", str(result)
+
+
+def test_a_bug_in_a_loopir_lowering_names_the_region(tmp_path):
+    default = loopir.default_lowerings()
+    table = loopir.Lowerings({**dict(default.items()), aten.sin.default: default[aten.cos.default]})
+    result = bisect(_program, *_args(), options={"cache_dir": tmp_path, "lowerings": table}, repro_dir=tmp_path)
+    assert result.stage == "reference", str(result)
+    assert result.region is not None and result.region.startswith("kiln_region_")
+    assert "RegionMismatchError" in result.detail
+
+
+def test_a_bug_in_generated_code_names_the_region_and_kernel_and_writes_a_repro(monkeypatch, tmp_path):
+    monkeypatch.setattr(kernel_source.CppHandler, "sin", kernel_source.CppHandler.cos)  # C++ sin is cos
+    result = bisect(_program, *_args(), options={"codegen": "cpu", "cache_dir": tmp_path}, repro_dir=tmp_path)
+    assert result.stage == "generated", str(result)
+    assert result.region is not None and "kernel" in result.detail
+    assert dict(result.checked)["reference"] == "ok"
+    # the repro runs on its own (here without the planted bug: no stage differs)
+    run = subprocess.run([sys.executable, str(result.repro)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "no stage differs from eager" in run.stdout
+
+
+@pytest.mark.parametrize("codegen", ["cpu", "cuda"])
+def test_bisect_on_a_module_with_parameters(codegen, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.LayerNorm(8)).eval()
+    result = bisect(model, torch.randn(2, 8), options={"codegen": codegen, "cache_dir": tmp_path})
+    assert result.stage is None, str(result)
