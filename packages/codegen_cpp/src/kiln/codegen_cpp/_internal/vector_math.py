@@ -156,12 +156,13 @@ static inline vf32 erf(vf32 x) {
 }
 
 // float32 functions evaluated in float64 and rounded once.
-static inline vf32 expm1(vf32 x) { return narrow(expm1(widen(x))); }
-static inline vf32 log2(vf32 x) { return narrow(log2(widen(x))); }
-static inline vf32 log1p(vf32 x) { return narrow(log1p(widen(x))); }
-static inline vf32 sin(vf32 x) { return narrow(sin(widen(x))); }
-static inline vf32 cos(vf32 x) { return narrow(cos(widen(x))); }
-static inline vf32 pow(vf32 x, vf32 y) { return narrow(pow_for_float32(widen(x), widen(y))); }
+// (on the two float64 halves of the vector, each one register: see vector_layer.py's vf64x2)
+static inline vf32 expm1(vf32 x) { return in_float64(x, [](vd h) { return expm1_d(h); }); }
+static inline vf32 log2(vf32 x) { return in_float64(x, [](vd h) { return log2_d(h); }); }
+static inline vf32 log1p(vf32 x) { return in_float64(x, [](vd h) { return log1p_d(h); }); }
+static inline vf32 sin(vf32 x) { return in_float64(x, [](vd h) { return sin_d(h); }); }
+static inline vf32 cos(vf32 x) { return in_float64(x, [](vd h) { return cos_d(h); }); }
+static inline vf32 pow(vf32 x, vf32 y) { return in_float64(x, y, [](vd a, vd b) { return pow_d(a, b); }); }
 }  // namespace kiln
 """
 
