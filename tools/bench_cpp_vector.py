@@ -142,7 +142,8 @@ def compile_variant(fn: Callable[..., Any], args: tuple, vectorize: bool, cache_
     got = module(*example_inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
     for want, have in zip(expected, got, strict=True):
-        torch.testing.assert_close(have, want, atol=2e-2 if want.dtype == torch.bfloat16 else 1e-4, rtol=1e-2)
+        torch.testing.assert_close(have, want, atol=2e-2 if want.dtype == torch.bfloat16 else 1e-4, rtol=1e-2,
+                                   equal_nan=True)
     return lambda: module(*example_inputs)
 
 
