@@ -19,8 +19,19 @@ WIDTHS = [4, 16, 32, 64]
 
 @pytest.fixture
 def cpp(cpp):
-    """The vector code path (`CppOptions.vectorize`, off by default until it is faster)."""
+    """The vector code path (`CppOptions.vectorize`, the default; KILN_CPP_VECTORIZE=0 opts out)."""
     return cpp.with_options(vectorize=True)
+
+
+def test_vector_code_is_the_default_and_kiln_cpp_vectorize_0_opts_out(monkeypatch, tmp_path):
+    kernel_graph = loopir.lower(make_fx(lambda x: torch.tanh(x) * 2)(torch.randn(8, 64)))
+    monkeypatch.delenv("KILN_CPP_VECTORIZE", raising=False)
+    assert codegen_cpp.CppOptions().vectorize
+    assert "// vector code" in codegen_cpp.generate(kernel_graph, codegen_cpp.CppOptions(cache_dir=tmp_path))
+    monkeypatch.setenv("KILN_CPP_VECTORIZE", "0")
+    assert not codegen_cpp.CppOptions().vectorize
+    source = codegen_cpp.generate(kernel_graph, codegen_cpp.CppOptions(cache_dir=tmp_path))
+    assert "// scalar loop: vectorization is off" in source and "// vector code" not in source
 
 
 def _pointwise_mix(x, y, flags, n):
@@ -170,6 +181,10 @@ ROWS = {
                               (torch.randn(64, 256),)),
     "argmax, argmin, prod, any": (lambda x: (x.argmax(-1), x.argmin(-1), (x * 0.1 + 1).prod(-1), (x > 2).any(-1)),
                                   (torch.randn(64, 256),)),
+    "softmax in bfloat16": (lambda x: _softmax(x.float()).bfloat16(), (torch.randn(64, 250).bfloat16(),)),
+    "layer norm in bfloat16": (lambda x, w, b: _layer_norm(x.float(), w.float(), b.float()).bfloat16(),
+                               (torch.randn(64, 256).bfloat16(), torch.randn(256).bfloat16(),
+                                torch.randn(256).bfloat16())),
     "whole-tensor sum (split across threads)": (lambda x: ((x - 1) ** 2).sum() / x.numel(), (torch.randn(256, 256),)),
 }
 # Reductions over an outer (or transposed) dim: vector code across the outputs, no lane fold.

@@ -8,7 +8,7 @@ import pathlib
 import tempfile
 
 # The default of `CppOptions.vectorize` when KILN_CPP_VECTORIZE is unset or empty.
-VECTORIZE_DEFAULT = False
+VECTORIZE_DEFAULT = True
 
 
 class CppCodegenError(NotImplementedError):

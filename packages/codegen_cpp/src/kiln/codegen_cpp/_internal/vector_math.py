@@ -32,8 +32,8 @@ log        2        3        float32: 2^e * m, m in [sqrt(1/2), sqrt(2)), Cephes
 log2       1        3        (float64) e + log(m) / ln2: exact at powers of 2
 log1p      1        4        float32: log(u) + c / u, u = 1 + x, c its rounding error
                              (Fast2Sum); float64: log(1 + x) * x / ((1 + x) - 1)
-tanh       1        3        float32: Cephes polynomial below 0.625, (1 - e) / (1 + e),
-                             e = exp(-2|x|), above; float64: expm1(2|x|) / (expm1(2|x|) + 2); sign restored
+tanh       2        3        float32: -d / (2 + d), d = expm1(-2|x|) = p 2^n + (2^n - 1)
+                             (exp's polynomial p, n <= 0); float64: expm1(2|x|) / (expm1(2|x|) + 2); sign restored
 sigmoid    2        2        float32: e / (1 + e) or 1 / (1 + e), e = exp(-|x|) (denormal
                              results kept); float64: 1 / (1 + exp(-x)), as eager
 erf        2        scalar   float32: x + x Q(x^2) below 1 (Q: degree-6 minimax fit);
@@ -47,7 +47,7 @@ rsqrt      1        1        1 / sqrt(x)
 =========  =======  =======  ==============================================================
 
 Measured maxima (same sweeps, with and without FMA, on AVX-512): float32 exp 1, exp2 1, expm1
-1, log 1, log2 0, log1p 1, tanh 1, sigmoid 2, erf 1, sin 0, cos 0, pow 1; float64 exp 1, exp2 1,
+1, log 1, log2 0, log1p 1, tanh 2, sigmoid 2, erf 1, sin 0, cos 0, pow 1; float64 exp 1, exp2 1,
 expm1 3, log 3, log2 3, log1p 4, tanh 3, sigmoid 2, sin 2, cos 2.
 
 "scalar": no vector version; a kernel using it stays scalar and its source says why (erfc has
@@ -150,20 +150,21 @@ static inline vf32 expm1(vf32 x) {
 
 // sigmoid takes exp(-|x|) (no overflow: a denormal sigmoid(x) stays exact) and divides once.
 static inline vf32 sigmoid(vf32 x) {
-    vf32 e = exp(-abs(x));
+    vf32 t = -abs(x), n, r = reduce_ln2(t < -150 ? splat<vf32>(-150) : t, n);  // exp(t), t <= 0 (or NaN)
+    vf32 e = scale(exp_reduced(r), n);
     return (x < 0 ? e : splat<vf32>(1)) / (1 + e);
 }
-// tanh(|x|): Cephes' tanhf polynomial below 0.625, (1 - e) / (1 + e) with e = exp(-2|x|)
-// above (|x| clamped to 9.1, where it rounds to 1); the sign restored once (keeps -0, NaN).
+// tanh(|x|) = -d / (2 + d), d = expm1(-2|x|) = p 2^n + (2^n - 1) (n <= 0, p = expm1(r)): one
+// polynomial, exact for small |x| (n = 0: d = p); |x| clamped to 9.1 (tanh rounds to 1 there);
+// the sign restored once (keeps -0 and NaN).
 static inline vf32 tanh(vf32 x) {
-    static const float cephes[] = {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
-                                   -3.33332819422e-1f};
-    vf32 a = abs(x), z = x * x;
-    vf32 small = fma(horner(z, cephes) * z, a, a);
-    vf32 e = exp_in_range(-2 * (a > 9.1f ? splat<vf32>(9.1f) : a));
-    vf32 y = a < 0.625f ? small : (1 - e) / (1 + e);
-    return copysign(y, x);
+    vf32 a = abs(x);
+    vf32 n, r = reduce_ln2(-2 * (a > 9.1f ? splat<vf32>(9.1f) : a), n);
+    vf32 two_n = scale_normal(splat<vf32>(1), n);
+    vf32 d = fma(expm1_reduced(r), two_n, two_n - 1);
+    return copysign(d / (-2 - d), x);
 }
+
 // log: x = 2^e m, m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2/2 + f^3 P(f), f = m - 1 (Cephes' logf).
 // e and m in [1, 2) from AVX-512's vgetexpps/vgetmantps where there are (subnormals, 0, inf and
 // NaN handled by the ISA), else from the bits (subnormals scaled by 2^23 first).
