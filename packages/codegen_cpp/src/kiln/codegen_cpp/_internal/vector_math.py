@@ -209,10 +209,10 @@ static inline vf32 erf(vf32 x) {
     static const float large_fit[] = {""" + _ERFC_LOG + r"""};
     vf32 a = abs(x);
     vf32 small = fma(a, horner(x * x, small_fit), a);
+    // beyond 3.93 erf rounds to 1, which the fit at 3.93 gives; below 1 the small branch is
+    // taken (what the large one computes there, finite, is not used)
     vf32 b = a > 3.93f ? splat<vf32>(3.93f) : a;
-    b = b < 1 ? splat<vf32>(1) : b;
     vf32 large = 1 - exp_in_range(horner(b - 2.5f, large_fit) - b * b);
-    large = a > 3.93f ? splat<vf32>(1) : large;
     return copysign(a < 1 ? small : large, x);  // NaN: NaN through every branch
 }
 
