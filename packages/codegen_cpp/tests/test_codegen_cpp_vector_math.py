@@ -34,7 +34,9 @@ FUNCTIONS = {
 }
 SPECIAL_EXPONENTS = [0.0, -0.0, 1.0, -1.0, 2.0, 3.0, -3.0, 0.5, -0.5, 2.5, 1e10, -1e10, math.inf, -math.inf,
                      math.nan, 127.0, -149.0]
-FMA = {"fma": (), "no-fma": ("-mno-fma",)}
+# with FMA; without (the `a * b + c` path of kiln::fma); and, on an AVX-512 host, without
+# AVX-512 (the portable paths that vscalefps/vgetexpps/vgetmantps replace there)
+FMA = {"fma": (), "no-fma": ("-mno-fma",), "no-avx512": ("-mno-avx512f",)}
 
 
 def _ordered(t: torch.Tensor) -> torch.Tensor:

@@ -175,15 +175,15 @@ static inline vf32 log(vf32 x) {
 #if defined(__AVX512F__) && KILN_VECTOR_BYTES == 64
     vf32 e = (vf32)_mm512_getexp_ps((__m512)x);  // -inf at 0, inf at inf
     vf32 m = (vf32)_mm512_getmant_ps((__m512)x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_nan);  // NaN below 0
-#else
-    vmask subnormal = x < 1.17549435e-38f;
-    vi32 bits = (vi32)(subnormal ? x * 8388608.0f : x);  // 2^23
-    vf32 e = __builtin_convertvector(((bits >> 23) & 0xff) - 127 - (subnormal & 23), vf32);
-    vf32 m = (vf32)((bits & 0x7fffff) | 0x3f800000);  // in [1, 2)
-#endif
     vmask high = m > 1.41421356f;
     vf32 f = high ? m * 0.5f - 1 : m - 1;  // exact
     e = high ? e + 1 : e;
+#else  // the bits less those of sqrt(1/2): e in the high bits, m in [sqrt(1/2), sqrt(2)) in the low
+    vmask subnormal = x < 1.17549435e-38f;
+    vi32 bits = (vi32)(subnormal ? x * 8388608.0f : x) - 0x3f3504f3;  // 2^23
+    vf32 e = __builtin_convertvector((bits >> 23) - (subnormal & 23), vf32);
+    vf32 f = (vf32)((bits & 0x7fffff) + 0x3f3504f3) - 1;  // exact
+#endif
     vf32 z = f * f;
     vf32 y = fma(e, splat<vf32>(-2.12194440e-4f), f * z * horner(f, cephes));
     y = fma(e, splat<vf32>(0.693359375f), f + fma(z, splat<vf32>(-0.5f), y));
