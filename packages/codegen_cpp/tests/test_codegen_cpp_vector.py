@@ -209,7 +209,9 @@ def test_hot_pointwise_loops_use_the_vector_layer(cpp, name):
 @pytest.mark.parametrize("name", list(ROWS))
 def test_hot_row_loops_and_reductions_use_the_vector_layer(cpp, name, row_temporaries):
     fn, args = ROWS[name]
-    compiled = cpp.check(fn, *args, row_temporaries=row_temporaries, atol=1e-5, rtol=1e-5)
+    # bfloat16 results may differ from eager's by one rounding (float sums in another order)
+    tolerance = 1e-2 if "bfloat16" in name else 1e-5
+    compiled = cpp.check(fn, *args, row_temporaries=row_temporaries, atol=tolerance, rtol=tolerance)
     assert not vector_guard_failures(compiled.source)
     assert "kiln::reduce_" in compiled.source
 
