@@ -51,13 +51,14 @@ def main() -> int:
     parser.add_argument("--suite", default="all", choices=["micro", "models", "all"],
                         help="micro: small graphs; models: Hugging Face BERT/GPT-2/Llama from configs")
     parser.add_argument("--cpp-vectorize", choices=["default", "on", "off"], default="default",
-                        help="the C++ codegen's explicit vector code (CppOptions.vectorize, through "
-                             "KILN_CPP_VECTORIZE): compare `on` with `off` in two runs")
+                        help="the C++ codegen's explicit vector code (CppOptions.vectorize, on by default; "
+                             "set through KILN_CPP_VECTORIZE): compare `on` with `off` in two runs, or per "
+                             "workload class in one process with tools/bench_cpp_vector.py")
     options = parser.parse_args()
     if options.cpp_vectorize != "default":
         os.environ["KILN_CPP_VECTORIZE"] = "1" if options.cpp_vectorize == "on" else "0"
     where = torch.cuda.get_device_name() if options.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
-    vectorize = os.environ.get("KILN_CPP_VECTORIZE") or "the default"
+    vectorize = os.environ.get("KILN_CPP_VECTORIZE") or "the default (on)"
     print(f"torch {torch.__version__}, {where}, C++ vectorize: {vectorize}")
     rows = []
     with torch.no_grad():

@@ -72,7 +72,15 @@ typedef uint32_t vu32 __attribute__((vector_size(KILN_LANES * 4)));
 static inline vu16 load(const uint16_t* p) { return load_as<vu16>(p); }
 static inline vu16 load(const uint16_t* p, int64_t n) { return load_as<vu16>(p, n); }
 
-static inline vf32 bf16_to_f32(vu16 h) { return (vf32)(__builtin_convertvector(h, vu32) << 16); }
+// 16-bit lanes zero-extended to 32 (GCC 12 splits the AVX-512 conversion in four instructions)
+static inline vu32 widen_u16(vu16 h) {
+#if defined(__AVX512F__) && KILN_VECTOR_BYTES == 64
+    return (vu32)_mm512_cvtepu16_epi32((__m256i)h);
+#else
+    return __builtin_convertvector(h, vu32);
+#endif
+}
+static inline vf32 bf16_to_f32(vu16 h) { return (vf32)(widen_u16(h) << 16); }
 static inline vu32 bf16_bits(vf32 x) {  // as the scalar kiln_bf16_bits
     vu32 u = (vu32)x;
     vu32 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
@@ -83,7 +91,7 @@ static inline vu16 f32_to_bf16(vf32 x) { return __builtin_convertvector(bf16_bit
 static inline vf32 round_bf16(vf32 x) { return (vf32)bf16_bits(x); }
 
 static inline vf32 fp16_to_f32(vu16 h) {  // as the scalar kiln_fp16_to_float
-    vu32 w = __builtin_convertvector(h, vu32);
+    vu32 w = widen_u16(h);
     vu32 sign = (w & 0x8000u) << 16, rest = w & 0x7fffu;
     vu32 normal = (rest << 13) + 0x38000000u;
     vu32 special = (rest << 13) | 0x7f800000u;

@@ -9,7 +9,7 @@ import pathlib
 from kiln.loopir.codegen import default_cache_root
 
 # The default of `CppOptions.vectorize` when KILN_CPP_VECTORIZE is unset or empty.
-VECTORIZE_DEFAULT = False
+VECTORIZE_DEFAULT = True
 
 
 class CppCodegenError(NotImplementedError):

@@ -115,49 +115,6 @@ def start_reduction(name: str, reduction_type: str, ctype: str, value: str | tup
     raise NotImplementedError(f"codegen_cpp cannot generate a {reduction_type!r} reduction ({name})")
 
 
-_VECTOR_ACCUMULATORS = {"float": "kiln::vf64", "double": "kiln::vf64", "int64_t": "kiln::vi64",
-                        "int32_t": "kiln::vi32"}
-
-
-def start_vector_reduction(name: str, reduction_type: str, ctype: str, value: str,
-                           body: Sequence[str]) -> PendingReduction | None:
-    """`start_reduction` for a vector `value` (KILN_LANES elements, of which `active` are real):
-    one accumulator per lane, folded across lanes after the loop. A float32 sum accumulates in
-    float64 lanes, as the scalar loop does; max/min keep NaN semantics with a NaN mask.
-    None when this reduction has no vector version."""
-    acc, vacc = f"acc_{name}", f"vacc_{name}"
-    if reduction_type == "sum" and ctype in ("float", "double", "int64_t"):
-        acc_vector = _VECTOR_ACCUMULATORS[ctype]
-        element = f"kiln::active_or({value}, 0, active)"
-        if ctype == "float":
-            element = f"kiln::widen({element})"
-        finish = [f"auto {acc} = kiln::reduce_add({vacc});"]
-        result = acc
-        if ctype == "float":
-            result = f"sum_{name}"
-            finish.append(f"float {result} = static_cast<float>({acc});")
-        return PendingReduction("sum", (f"{acc_vector} {vacc} = {{}};",),
-                                (*body, f"{vacc} = {vacc} + {element};"), tuple(finish), "", result)
-    if reduction_type in ("max", "min") and ctype in _VECTOR_ACCUMULATORS:
-        # As the scalar loop: a compare-select per lane, and NaNs noted apart (a short
-        # dependency chain); any NaN makes the result NaN.
-        vector = {"float": "kiln::vf32"}.get(ctype, _VECTOR_ACCUMULATORS[ctype])
-        init = lowest_first(reduction_type, ctype)
-        compare = ">" if reduction_type == "max" else "<"
-        element = f"vnext_{name}"
-        update = [f"auto {element} = kiln::active_or({value}, {init}, active);",
-                  f"{vacc} = {element} {compare} {vacc} ? {element} : {vacc};"]
-        declarations = [f"{vector} {vacc} = kiln::splat<{vector}>({init});"]
-        finish = [f"{ctype} {acc} = kiln::reduce_{reduction_type}({vacc});"]
-        if ctype in _FLOATS:
-            nan = f"vnan_{name}"
-            declarations.append(f"kiln::vmask {nan} = {{}};  // lanes that saw a NaN")
-            update.append(f"{nan} = {nan} | kiln::mask({element} != {element});")
-            finish.append(f"if (kiln::reduce_min({nan}) != 0) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();")
-        return PendingReduction(reduction_type, tuple(declarations), (*body, *update), tuple(finish), "", acc)
-    return None
-
-
 def reduction_lines(red: PendingReduction, rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr],
                     options: CppOptions, parallel: bool) -> list[str]:
     """Declarations, then loops over `ranges` with `red.body` inside (`red.finish` is the

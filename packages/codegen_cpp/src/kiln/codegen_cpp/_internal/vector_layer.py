@@ -19,6 +19,10 @@ from __future__ import annotations
 VECTOR_LAYER = r"""
 // ---- kiln's SIMD layer: vector types sized for the target ISA ----
 #include <cstring>
+#include <utility>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #ifndef KILN_VECTOR_BYTES
 #if defined(__AVX512F__)
 #define KILN_VECTOR_BYTES 64
@@ -81,9 +85,14 @@ template <typename T, typename V> static inline void store_strided(T* p, int64_t
 }
 
 // A loop-invariant scalar in every lane; lane k of a ramp is start + k * step.
+// (A braced list of KILN_LANES copies: one broadcast instruction; `V{} + s` would be an add,
+// which GCC may not fold away since +0 + -0 is +0.)
+template <typename V, typename E, size_t... lane> static inline V splat_lanes(E s, std::index_sequence<lane...>) {
+    return V{((void)lane, s)...};
+}
 template <typename V, typename S> static inline V splat(S s) {
     using E = std::remove_reference_t<decltype(std::declval<V>()[0])>;
-    return V{} + static_cast<E>(s);
+    return splat_lanes<V>(static_cast<E>(s), std::make_index_sequence<sizeof(V) / sizeof(E)>{});
 }
 template <typename V> static inline V ramp(int64_t start, int64_t step) {
     using E = std::remove_reference_t<decltype(std::declval<V>()[0])>;
@@ -94,6 +103,49 @@ template <typename V> static inline V ramp(int64_t start, int64_t step) {
 
 static inline vf32 narrow(vf64 x) { return __builtin_convertvector(x, vf32); }
 static inline vf64 widen(vf32 x) { return __builtin_convertvector(x, vf64); }
+
+// A vf64 spans two registers, and GCC keeps such a vector (no machine mode of its size) in
+// memory: a float32 sum's float64 accumulator would be stored and reloaded on every add. So
+// hot float64 work on float32 data runs on the halves: `vd` is one register of doubles, `vf64x2`
+// a vf32's lanes as two of them (low lanes, high lanes).
+#if KILN_LANES == 1
+typedef vf64 vd;  // one lane: the vf64 is the register
+typedef vf64 vf64x2;
+static inline vf64x2 widen2(vf32 x) { return widen(x); }
+template <typename F> static inline vf32 in_float64(vf32 x, F f) { return narrow(f(widen(x))); }
+template <typename F> static inline vf32 in_float64(vf32 x, vf32 y, F f) { return narrow(f(widen(x), widen(y))); }
+#else
+typedef double vd __attribute__((vector_size(KILN_VECTOR_BYTES)));
+typedef float vf32_half __attribute__((vector_size(KILN_VECTOR_BYTES / 2)));
+struct vf64x2 { vd lo, hi; };
+static inline vf64x2 operator+(vf64x2 a, vf64x2 b) { return {a.lo + b.lo, a.hi + b.hi}; }
+#if defined(__AVX512F__) && KILN_VECTOR_BYTES == 64
+// GCC 12 converts 8 floats to 8 doubles in four instructions, the ISA in one
+static inline vd to_float64(vf32_half h) { return (vd)_mm512_cvtps_pd((__m256)h); }
+#else
+static inline vd to_float64(vf32_half h) { return __builtin_convertvector(h, vd); }
+#endif
+static inline vf64x2 widen2(vf32 x) {
+    vf32_half half[2];
+    std::memcpy(half, &x, sizeof(x));
+    return {to_float64(half[0]), to_float64(half[1])};
+}
+static inline vf32 narrow(vf64x2 x) {
+    vf32_half half[2] = {__builtin_convertvector(x.lo, vf32_half), __builtin_convertvector(x.hi, vf32_half)};
+    vf32 v;
+    std::memcpy(&v, half, sizeof(v));
+    return v;
+}
+// f (a function of vd) on the lanes of a float32 vector, evaluated in float64, rounded once.
+template <typename F> static inline vf32 in_float64(vf32 x, F f) {
+    vf64x2 w = widen2(x);
+    return narrow(vf64x2{f(w.lo), f(w.hi)});
+}
+template <typename F> static inline vf32 in_float64(vf32 x, vf32 y, F f) {
+    vf64x2 a = widen2(x), b = widen2(y);
+    return narrow(vf64x2{f(a.lo, b.lo), f(a.hi, b.hi)});
+}
+#endif
 
 // Masks: compares of 8-byte lanes narrowed to vmask; widened again to select 8-byte lanes.
 static inline vmask mask(vi32 m) { return m; }
@@ -134,28 +186,29 @@ KILN_LANEWISE(round_even, __builtin_rintf, __builtin_rint)
 template <typename V, typename S> static inline V active_or(V v, S fill, int64_t active) {
     return select(ramp<vi32>(0, 1) < int32_t(active), v, splat<V>(fill));
 }
-// the horizontal folds run as a tree: lane k with lane k + w, w = KILN_LANES / 2, ..., 1.
-#define KILN_TREE_FOLD(name, combine)                                                  \
-    template <typename V> static inline auto name(V v) {                              \
-        for (int w = KILN_LANES / 2; w > 0; w /= 2)                                     \
-            for (int k = 0; k < w; ++k) v[k] = combine(v[k], v[k + w]);                \
-        return v[0];                                                                    \
+// The horizontal folds run as a tree: lane k with lane k + w, w = KILN_LANES / 2, ..., 1, as
+// vector ops on halves (log2(KILN_LANES) steps; a lane loop here stayed a loop through memory).
+template <typename V, typename C> static inline auto fold_lanes(V v, C combine) {
+    constexpr size_t n = sizeof(V) / sizeof(v[0]);
+    if constexpr (n == 1) {
+        return v[0];
+    } else {
+        using E = std::remove_reference_t<decltype(v[0])>;
+        typedef E half_t __attribute__((vector_size(sizeof(V) / 2)));
+        half_t half[2];
+        std::memcpy(half, &v, sizeof(v));
+        return fold_lanes(combine(half[0], half[1]), combine);
     }
-#define KILN_ADD(a, b) ((a) + (b))
-#define KILN_MUL(a, b) ((a) * (b))
-#define KILN_OR(a, b) ((a) | (b))
-#define KILN_AND(a, b) ((a) & (b))
-KILN_TREE_FOLD(reduce_add, KILN_ADD)
-KILN_TREE_FOLD(reduce_mul, KILN_MUL)
-KILN_TREE_FOLD(reduce_or, KILN_OR)
-KILN_TREE_FOLD(reduce_and, KILN_AND)
-KILN_TREE_FOLD(reduce_max, kiln_max)
-KILN_TREE_FOLD(reduce_min, kiln_min)
-#undef KILN_TREE_FOLD
-#undef KILN_ADD
-#undef KILN_MUL
-#undef KILN_OR
-#undef KILN_AND
+}
+template <typename V> static inline auto reduce_add(V v) { return fold_lanes(v, [](auto a, auto b) { return a + b; }); }
+template <typename V> static inline auto reduce_mul(V v) { return fold_lanes(v, [](auto a, auto b) { return a * b; }); }
+template <typename V> static inline auto reduce_or(V v) { return fold_lanes(v, [](auto a, auto b) { return a | b; }); }
+template <typename V> static inline auto reduce_and(V v) { return fold_lanes(v, [](auto a, auto b) { return a & b; }); }
+template <typename V> static inline auto reduce_max(V v) { return fold_lanes(v, [](auto a, auto b) { return maximum(a, b); }); }
+template <typename V> static inline auto reduce_min(V v) { return fold_lanes(v, [](auto a, auto b) { return minimum(a, b); }); }
+#if KILN_LANES > 1
+static inline double reduce_add(vf64x2 v) { return reduce_add(v.lo + v.hi); }  // the tree's first step
+#endif
 // Lane-wise larger/smaller for folding accumulators (their NaNs are tracked apart).
 template <typename V> static inline V larger(V a, V b) { return a > b ? a : b; }
 template <typename V> static inline V smaller(V a, V b) { return a < b ? a : b; }

@@ -15,6 +15,8 @@ namespace kiln {
 template <typename D> using mask_of = decltype(std::declval<D>() < std::declval<D>());
 template <typename V, typename S, size_t N> static inline V horner(V x, const S (&c)[N]) {
     V p = splat<V>(c[0]);
+    // unrolled, so every coefficient is a constant (GCC kept a loop loading them otherwise)
+#pragma GCC unroll 32
     for (size_t k = 1; k < N; ++k) p = fma(p, x, splat<V>(c[k]));
     return p;
 }
@@ -175,12 +177,10 @@ template <typename D> static inline D pow_d(D x, D y) {
     return (y == 0) | (x == 1) ? splat<D>(1) : r;
 }
 
-#if KILN_LANES == 1
-typedef vf64 vd;  // one lane: the vf64 is the register
+#if KILN_LANES == 1  // one lane: the vf64 is the register (vd, vector_layer.py)
 template <typename F> static inline vf64 per_register(vf64 x, F f) { return f(x); }
 template <typename F> static inline vf64 per_register(vf64 x, vf64 y, F f) { return f(x, y); }
 #else
-typedef double vd __attribute__((vector_size(KILN_VECTOR_BYTES)));
 template <typename F> static inline vf64 per_register(vf64 x, F f) {
     vd half[2];
     std::memcpy(half, &x, sizeof(x));
@@ -212,6 +212,5 @@ KILN_FLOAT64_MATH(sigmoid)
 KILN_FLOAT64_MATH(sin)
 KILN_FLOAT64_MATH(cos)
 #undef KILN_FLOAT64_MATH
-static inline vf64 pow_for_float32(vf64 x, vf64 y) { return per_register(x, y, [](vd a, vd b) { return pow_d(a, b); }); }
 }  // namespace kiln
 """

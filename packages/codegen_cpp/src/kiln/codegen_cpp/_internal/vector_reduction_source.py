@@ -44,17 +44,19 @@ def _declare(vector: str, name: str, init: str) -> str:
 
 def _sum_or_product(name: str, reduction_type: str, ctype: str, value: str) -> PendingReduction:
     acc, vacc = f"acc_{name}", f"vacc_{name}"
-    vector = "kiln::vf64" if ctype == "float" and reduction_type == "sum" else _ACCUMULATORS[ctype]
+    # float32 sums accumulate in float64, as the scalar loop, in two registers (kiln::vf64x2)
+    vector = "kiln::vf64x2" if ctype == "float" and reduction_type == "sum" else _ACCUMULATORS[ctype]
     identity, op = ("0", "+") if reduction_type == "sum" else ("1", "*")
     element = f"kiln::active_or({value}, {identity}, active)"
     if vector != _ACCUMULATORS[ctype]:
-        element = f"kiln::widen({element})"  # float32 sums accumulate in float64, as the scalar loop
+        element = f"kiln::widen2({element})"
     finish = [f"auto {acc} = kiln::reduce_{'add' if op == '+' else 'mul'}({_tree('({} ' + op + ' {})', _parts(vacc))});"]
     result = acc
     if ctype == "float" and reduction_type == "sum":
         result = f"sum_{name}"
         finish.append(f"float {result} = static_cast<float>({acc});")
-    return PendingReduction(reduction_type, (_declare(vector, vacc, f"kiln::splat<{vector}>({identity})"),),
+    init = "kiln::vf64x2{}" if vector == "kiln::vf64x2" else f"kiln::splat<{vector}>({identity})"
+    return PendingReduction(reduction_type, (_declare(vector, vacc, init),),
                             (f"{vacc}[part] = {vacc}[part] {op} {element};",), tuple(finish), "", result,
                             acc, "double" if ctype == "float" and op == "+" else ctype, 1, f"({{}} {op} {{}})")
 
@@ -146,10 +148,11 @@ def start_lanewise_reduction(name: str, reduction_type: str, ctype: str, value: 
     result = vacc
     if reduction_type in ("sum", "prod"):
         widen = ctype == "float" and reduction_type == "sum"  # float32 sums accumulate in float64
-        vector = "kiln::vf64" if widen else vector
         op = "+" if reduction_type == "sum" else "*"
         declarations = [f"{vector} {vacc} = kiln::splat<{vector}>({'0' if op == '+' else '1'});"]
-        update = [f"{vacc} = {vacc} {op} {f'kiln::widen({value})' if widen else value};"]
+        if widen:  # in two registers (kiln::vf64x2)
+            declarations = [f"kiln::vf64x2 {vacc} = {{}};"]
+        update = [f"{vacc} = {vacc} {op} {f'kiln::widen2({value})' if widen else value};"]
         if widen:
             result = f"vsum_{name}"
             finish.append(f"kiln::vf32 {result} = kiln::narrow({vacc});")

@@ -15,6 +15,7 @@ run-time check. The caller then keeps the scalar loop and says why in a comment.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -292,8 +293,8 @@ class CppVectorHandler(CppHandler):
         return self.typed(text, self.dtype(a), True)
 
     def pow(self, base: str, exponent: str) -> str:
-        if self.lane_var is None:
-            name = super().pow(base, exponent)
+        if self.lane_var is None or not (self.is_vector(base) or self.is_vector(exponent)):
+            name = self._scalar(lambda: CppHandler.pow(self, base, exponent))
             self.types[name] = (self.dtype(base), False)
             return name
         value = self.constant_value(exponent)
@@ -304,11 +305,24 @@ class CppVectorHandler(CppHandler):
             raise NotVectorizable(f"pow of {dtype} with a {self.dtype(exponent)} exponent")
         return self.typed(f"kiln::pow({self.broadcast(base)}, {self.broadcast(exponent)})", dtype, True)
 
+    def _scalar(self, emit: Callable[[], str]) -> str:
+        """The scalar statement `emit` writes; inside a vector loop its variable is named
+        `inv<n>`: a loop-invariant value (the regression guard allows scalar math there)."""
+        prefix = self.prefix
+        if self.lane_var is not None:
+            self.prefix = "inv"
+        try:
+            return emit()
+        finally:
+            self.prefix = prefix
+
     def apply(self, op: str, args: tuple[str, ...]) -> str:
         """A unary or binary op: a vector op inside a vector loop (loop-invariant operands
-        broadcast, so no scalar math runs per iteration), scalar code outside one."""
-        if self.lane_var is None:
-            name = getattr(CppHandler, op)(self, *args)
+        broadcast), scalar code outside one or when no operand is a vector: a loop-invariant
+        value is computed once as a scalar (GCC hoists it out of the loop), then broadcast
+        where a vector op uses it, not recomputed in every lane of every iteration."""
+        if self.lane_var is None or not any(self.is_vector(a) for a in args):
+            name = self._scalar(lambda: getattr(CppHandler, op)(self, *args))
             dtype = torch.bool if op in _BOOL_RESULTS else self.dtype(args[0])
             self.types[name] = (dtype, False)
             return name
