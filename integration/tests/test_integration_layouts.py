@@ -41,3 +41,15 @@ def test_outputs_keep_channels_last_and_transposed_layouts(codegen):
         torch.testing.assert_close(g, e)
         assert g.stride() == e.stride()
     assert got[0].is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("codegen", ["cpu", "reference"])
+def test_as_strided_of_a_dynamic_channels_last_value_matches_eager(codegen):
+    # dynamic shapes: `x + 1`'s channels-last strides are expressions of the batch size
+    def f(x):
+        return aten.as_strided(x + 1, (x.shape[0], 384, 2, 20, 12), (153600, 1, 61440, 384, 7680), 0) + 2
+
+    compiled = torch.compile(f, backend="kiln", options={"fallback": False, "codegen": codegen}, dynamic=True)
+    for batch in (3, 5):
+        x = torch.randn(batch, 384, 20, 20).to(memory_format=torch.channels_last)
+        torch.testing.assert_close(compiled(x), f(x))
