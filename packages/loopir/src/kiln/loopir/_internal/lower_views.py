@@ -142,7 +142,11 @@ def _slice_start(start: Any, dim_size: Expr, out_len: Expr) -> Expr:
         return sympy.Integer(0)
     start = to_expr(start)
     if not start.is_number:
-        return start
+        # A symbolic start may be negative or past the end at run time: wrapped, then clamped,
+        # as eager does, in the integer ops every size evaluator has (Min, Max, *, +).
+        clamped = sympy.Min(sympy.Max(start, -dim_size), dim_size)
+        negative = sympy.Min(sympy.Max(-clamped, 0), 1)  # 1 where clamped < 0, else 0
+        return clamped + dim_size * negative
     if start < 0:
         shifted = start + dim_size
         if dim_size.is_number or out_len.has(sympy.Max, sympy.Min):
