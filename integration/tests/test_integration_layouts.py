@@ -41,3 +41,38 @@ def test_outputs_keep_channels_last_and_transposed_layouts(codegen):
         torch.testing.assert_close(g, e)
         assert g.stride() == e.stride()
     assert got[0].is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("codegen", ["cpu", "reference"])
+def test_as_strided_of_a_dynamic_channels_last_value_matches_eager(codegen):
+    # dynamic shapes: `x + 1`'s channels-last strides are expressions of the batch size
+    def f(x):
+        return aten.as_strided(x + 1, (x.shape[0], 384, 2, 20, 12), (153600, 1, 61440, 384, 7680), 0) + 2
+
+    compiled = torch.compile(f, backend="kiln", options={"fallback": False, "codegen": codegen}, dynamic=True)
+    for batch in (3, 5):
+        x = torch.randn(batch, 384, 20, 20).to(memory_format=torch.channels_last)
+        torch.testing.assert_close(compiled(x), f(x))
+    # fewer channels: the view's strides address past the value's elements; eager refuses it,
+    # and so does kiln (each address is checked at run time: its range is not known for every size)
+    small = torch.randn(3, 200, 20, 20).to(memory_format=torch.channels_last)
+    with pytest.raises(RuntimeError):
+        f(small)
+    with pytest.raises((IndexError, RuntimeError)):
+        compiled(small)
+
+
+def test_split_chunks_of_a_matmul_are_views_of_its_buffer():
+    # GPT-2's c_attn(...).split(...): decomp's as_strided chunks of the addmm result are read
+    # in place (strides of its buffer), not left to eager
+    w, b = torch.randn(16, 48), torch.randn(48)
+
+    def f(x):
+        q, k, v = torch.nn.functional.linear(x, w.t(), b).split(16, dim=2)
+        return q * k + v
+
+    x = torch.randn(2, 5, 16)
+    report = explain(f, x, options={"fallback": False, "codegen": "cpu"})
+    assert report.kernel_count >= 1 and not report.fallback_nodes, str(report)
+    torch._dynamo.reset()
+    torch.testing.assert_close(_compiled(f, "cpu")(x), f(x))

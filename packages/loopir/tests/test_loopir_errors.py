@@ -67,7 +67,9 @@ def test_lowering_failure_inside_a_rule_is_wrapped_with_the_node():
 def _lowered():
     def f(x, y):
         e = x.exp()
-        return e * e.sigmoid() + y, (e.t() + 1)
+        # contiguous: a transposed read of e, so a second kernel (eager's e.t() + 1 is
+        # transposed, and would run in e's memory order, fused into the first)
+        return e * e.sigmoid() + y, (e.t() + 1).contiguous()
 
     return lower(make_fx(f)(torch.randn(3, 3), torch.randn(3)))
 

@@ -21,6 +21,8 @@ Written (by decompose(), through make_fx)
     ``tensor_meta``    on tensor nodes (torch's TensorMetadata), as make_fx writes it.
     placeholders       keep all their original meta; ``val``/``tensor_meta`` are refreshed.
     get_attr nodes     keep the original node's meta, plus ``val``.
+    output values      a computed (non-view) output whose strides a decomposition changed
+                       gets the input graph's output ``val`` (eager's layout, e.g. softmax's).
     ``original_aten``  may be set by make_fx on nodes emitted by a decomposition.
 """
 

@@ -202,6 +202,9 @@ OUTSIDE_OPSET: dict[OpOverload, str] = {
     torch.ops.aten.sym_size.int: "a size query, not a tensor op: never decomposed, read at run time",
     torch.ops.aten.sym_stride.int: "a stride query, not a tensor op: never decomposed, read at run time",
     torch.ops.aten.sym_numel.default: "an element-count query, not a tensor op: never decomposed",
+    torch.ops.aten.full_like.default: "decomposed into full (+ permute to the input's layout) where the "
+                                      "layout is static; kept whole when the input's strides are symbolic, "
+                                      "and consumers lower it (loopir) with the layout of its FakeTensor",
     torch.ops.prims.scalar_tensor.default: "a number made a tensor by torch's own decompositions of "
                                            "scalar overloads (xlogy, xlog1py); consumers lower it as "
                                            "aten.scalar_tensor",

@@ -32,6 +32,7 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_symbols
+from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 from .casts import fold_exact_casts
 from .cleanup import eliminate_dead_pure_nodes
@@ -104,6 +105,7 @@ def _decompose(
         # table decomposes (copy_ -> copy): one more retrace applies the table to them
         return _decompose(result, table, None, retraces - 1, own_shape_env)
     result, _ = fold_exact_casts(result)
+    _keep_output_layouts(gm, result)
     log.debug(
         "decompose: %d nodes -> %d nodes (%s shapes)",
         len(gm.graph.nodes),
@@ -111,6 +113,39 @@ def _decompose(
         "symbolic" if symbolic else "static",
     )
     return result
+
+
+def _keep_output_layouts(gm: fx.GraphModule, result: fx.GraphModule) -> None:
+    """Give each output ``result`` computes the strides ``gm``'s output had: a decomposition may
+    lay a value out otherwise than the op it replaces (eager's softmax of a channels-last
+    tensor is contiguous, its decomposition's ``exp / sum`` channels-last), and an output's
+    strides are the user's to observe. Views and inputs keep theirs (their strides are not
+    chosen, they follow their base)."""
+    before, after = _output_nodes(gm), _output_nodes(result)
+    if len(before) != len(after):
+        return
+    for old, new in zip(before, after):
+        if not (isinstance(old, fx.Node) and isinstance(new, fx.Node)) or new.op != "call_function":
+            continue
+        old_val, new_val = _recorded_value(old), new.meta.get("val")
+        if not (isinstance(old_val, torch.Tensor) and isinstance(new_val, torch.Tensor)):
+            continue
+        if getattr(new.target, "is_view", True) or old_val.dtype != new_val.dtype:
+            continue
+        same_shape = _exprs(old_val.shape) == _exprs(new_val.shape)
+        if same_shape and _exprs(old_val.stride()) != _exprs(new_val.stride()):
+            new.meta["val"] = old_val
+            new.meta["tensor_meta"] = _extract_tensor_metadata(old_val)
+
+
+def _exprs(sizes: Sequence[Any]) -> tuple[Any, ...]:
+    """Sizes or strides as ints and sympy expressions, compared without guarding on a SymInt."""
+    return tuple(s.node.expr if isinstance(s, torch.SymInt) else s for s in sizes)
+
+
+def _output_nodes(gm: fx.GraphModule) -> list[Any]:
+    (result,) = gm.graph.output_node().args
+    return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
 def _fake_inputs(

@@ -113,6 +113,30 @@ class LoweringContext:
                                          value.origins))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
 
+    def realize_in_memory_order(self, value: Value, like: Any) -> StridedView:
+        """As `realize`; a value eager lays out densely in another dim order than its logical
+        one (channels-last, transposed) is computed by a loop nest in that memory order: its
+        buffer is the contiguous tensor of the permuted sizes, its innermost loop walks
+        consecutive elements (vectorized on CPU, coalesced on GPU), and the value is a view
+        of it with eager's strides."""
+        if isinstance(value, StridedView):
+            return value
+        stride = eager_strides(like, value.size)
+        order = memory_order(like, value.size, stride) if stride else None
+        if order is None:
+            return self.realize(value, like)
+        size = tuple(value.size[d] for d in order)
+        position = [order.index(d) for d in range(len(order))]
+        inner = value.inner_fn
+
+        def in_memory_order(ops: Any, index: tuple[Expr, ...]) -> Any:
+            return inner(ops, tuple(index[p] for p in position))
+
+        spec = BufferSpec.contiguous(self.new_buffer_name(), value.dtype, size)
+        self.steps.append(ComputedBuffer(spec, Pointwise(size, in_memory_order, compute_dtype(value.dtype)),
+                                         value.origins))
+        return StridedView(spec.name, spec.dtype, tuple(value.size), stride)
+
     def add_reduction(self, reduction: Reduction, size: Sequence[Expr], origin: str,
                       dtype: torch.dtype | None = None, like: Any = None) -> StridedView:
         """Realize `reduction` into a new buffer of `dtype` (default: the reduction's), laid out
@@ -158,7 +182,9 @@ def eager_strides(like: Any, size: Sequence[Expr]) -> tuple[Expr, ...] | None:
     """The strides eager gives `like` (a FakeTensor of `size`) when they lay it out densely in
     some dim order (contiguous, channels-last, a transposed layout, ...), else None. Buffers
     whose strides something may observe (graph outputs, values an eager op reads through their
-    storage) get eager's layout, so what reads them by strides reads the right elements."""
+    storage) get eager's layout, so what reads them by strides reads the right elements.
+    Symbolic strides (dynamic shapes) are ordered by their hints, then checked to be exactly
+    the dense strides of that order, as expressions (so they hold at every size)."""
     if not isinstance(like, torch.Tensor) or len(like.shape) != len(size):
         return None
     stride = to_exprs(like.stride())
@@ -166,15 +192,53 @@ def eager_strides(like: Any, size: Sequence[Expr]) -> tuple[Expr, ...] | None:
         return None
     if same_exprs(stride, contiguous_strides(size)):
         return None  # contiguous: the default
-    if not all(sympy.sympify(e).is_Integer for e in (*stride, *size)):
-        return None  # symbolic layouts: contiguous for now
-    order = sorted(range(len(size)), key=lambda d: (int(stride[d]), -d))
-    expected = 1
+    hints = [_hint(s) for s in like.stride()]
+    if any(h is None for h in hints):
+        return None  # an unbacked (data-dependent) stride: no order known at compile time
+    if all(e.is_Integer for e in (*stride, *size)):
+        return stride if _non_overlapping([int(s) for s in size], hints) else None
+    order = sorted(range(len(size)), key=lambda d: (hints[d], -d))
+    expected: Expr = sympy.Integer(1)
     for d in order:
-        if int(size[d]) != 1 and int(stride[d]) != expected:
+        if size[d] != 1 and sympy.simplify(stride[d] - expected) != 0:
             return None
-        expected *= int(size[d])
+        expected = expected * size[d]
     return stride
+
+
+def _non_overlapping(size: list[int], stride: list[int]) -> bool:
+    """Whether no two elements of a tensor of `size` and `stride` share memory (gaps allowed:
+    `empty_strided((4, 5), (8, 1))` keeps its exact strides, as eager's)."""
+    if 0 in size:
+        return False
+    end = 1
+    for d in sorted(range(len(size)), key=lambda d: (stride[d], -d)):
+        if size[d] == 1:
+            continue
+        if stride[d] < end:
+            return False
+        end += stride[d] * (size[d] - 1)  # one past the last element the dims so far reach
+    return True
+
+
+def memory_order(like: Any, size: Sequence[Expr], stride: Sequence[Expr]) -> list[int] | None:
+    """The dims of a value laid out with `stride` (eager's, dense: see `eager_strides`) from
+    the outermost in memory to the innermost; None when that is the logical order or the
+    layout has gaps. Dims of size 1 keep their logical place."""
+    hints = [_hint(s) for s in like.stride()]
+    varying = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: (-hints[d], d))
+    order = [d if size[d] == 1 else varying.pop(0) for d in range(len(size))]
+    permuted = contiguous_strides([size[d] for d in order])
+    if any(size[d] != 1 and sympy.simplify(permuted[k] - stride[d]) != 0 for k, d in enumerate(order)):
+        return None  # gaps (empty_strided): stored with eager's strides, in logical order
+    return None if order == sorted(order) else order
+
+
+def _hint(value: int | torch.SymInt) -> int | None:
+    """An int, or the value a SymInt had in the example inputs (None when it had none)."""
+    if isinstance(value, torch.SymInt):
+        return int(value.node.hint) if value.node.has_hint() else None
+    return int(value)
 
 
 def node_location(node: fx.Node) -> str:
@@ -276,7 +340,7 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
     except Exception as exc:
         raise LoweringError(f"lowering failed for {node_location(node)}: {exc}") from exc
     if isinstance(result, Lazy) and len(node.users) > 1 and not (ctx.recompute_cheap and recomputed_on_reuse(result)):
-        result = ctx.realize(result, node.meta.get("val"))
+        result = ctx.realize_in_memory_order(result, node.meta.get("val"))
     return result
 
 
@@ -346,7 +410,7 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any])
         value = env[item]
         if isinstance(value, Lazy):
             if item not in realized:
-                realized[item] = ctx.realize(value, item.meta.get("val"))  # eager's strides, as outputs
+                realized[item] = ctx.realize_in_memory_order(value, item.meta.get("val"))  # eager's strides
             value = realized[item]
         outs.append(value)
     return tuple(outs)

@@ -342,3 +342,11 @@ def lower_copy(ctx, node, a, **kwargs):
 def lower_full(ctx, node, *args, **kwargs):
     value = args[-1]
     return pointwise(node, lambda ops, x: x, value)
+
+
+@TABLE.register("constant", aten.full_like.default)
+def lower_full_like(ctx, node, x, fill_value, **kwargs):
+    # decomp turns full_like into full (+ permute) where x's layout is static; with symbolic
+    # strides it stays whole, and where it is stored (an output) it gets x's layout from its
+    # FakeTensor, as any value (`eager_strides`)
+    return pointwise(node, lambda ops, v: v, fill_value)

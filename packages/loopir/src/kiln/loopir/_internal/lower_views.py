@@ -10,7 +10,7 @@ import torch
 
 from .lower import size_expr
 from .registry import Lowerings
-from .sizes import Expr, contiguous_strides, flat_index, to_expr, to_exprs, unflatten
+from .sizes import Expr, contiguous_strides, flat_index, numel, to_expr, to_exprs, unflatten
 from .values import Lazy, StridedView, as_lazy
 
 aten = torch.ops.aten
@@ -142,7 +142,11 @@ def _slice_start(start: Any, dim_size: Expr, out_len: Expr) -> Expr:
         return sympy.Integer(0)
     start = to_expr(start)
     if not start.is_number:
-        return start
+        # A symbolic start may be negative or past the end at run time: wrapped, then clamped,
+        # as eager does, in the integer ops every size evaluator has (Min, Max, *, +).
+        clamped = sympy.Min(sympy.Max(start, -dim_size), dim_size)
+        negative = sympy.Min(sympy.Max(-clamped, 0), 1)  # 1 where clamped < 0, else 0
+        return clamped + dim_size * negative
     if start < 0:
         shifted = start + dim_size
         if dim_size.is_number or out_len.has(sympy.Max, sympy.Min):
@@ -235,3 +239,64 @@ def lower_extern(ctx, node, *args, **kwargs):
 def lower_size_query(ctx, node, *args):
     # Symbolic tracing records these; meta["val"] holds the answer as a size expression.
     return size_expr(node)
+
+
+@TABLE.register("view", aten.as_strided.default)
+def lower_as_strided(ctx, node, x, size, stride, storage_offset=None):
+    """as_strided of a value whose elements hold, in eager, a dense block of its storage (the
+    chunks `split` makes of a matmul's result, a channels-last value read with explicit
+    strides): it reads that block as eager does. The value is read as it is when it is a
+    buffer laid out with eager's strides, else stored first with eager's layout (see
+    `LoweringContext.realize_in_memory_order`). The view may address only that block: where
+    that is not known for every size (dynamic shapes), each element's address is checked at
+    run time (an IndexError, where eager refuses the view)."""
+    base = node.args[0].meta["val"]
+    base_stride = to_exprs(base.stride())
+    if not _dense(base.shape, base_stride):
+        raise NotImplementedError(f"as_strided of a value laid out with gaps or overlaps ({list(base.stride())})")
+    size, stride = to_exprs(size), to_exprs(stride)
+    first = to_expr(storage_offset if storage_offset is not None else base.storage_offset())
+    start = first - to_expr(base.storage_offset())  # counted from the value's first element
+    if not all(sympy.simplify(e).is_nonnegative for e in (start, *stride)):
+        raise NotImplementedError("as_strided with a negative stride or an offset before its input's elements")
+    if not (isinstance(x, StridedView) and _same_layout(x.size, x.stride, base_stride)):
+        x = ctx.realize_in_memory_order(as_lazy(x, x.size, lambda idx: idx, node.name), base)
+        if not _same_layout(x.size, x.stride, base_stride):  # no dense order known (symbolic)
+            raise NotImplementedError("as_strided of a value whose layout kiln cannot give eager's")
+    count = numel(to_exprs(base.shape))
+    if _within(start, size, stride, count):
+        return StridedView(x.buffer, x.dtype, size, stride, x.offset + start)
+
+    def checked(ops: Any, index: tuple[Expr, ...]) -> Any:
+        address = flat_index(index, stride, start)
+        return ops.load(x.buffer, x.offset + ops.indirect_indexing(ops.index_expr(address, torch.int64), count))
+
+    return Lazy(x.dtype, tuple(size), checked, (node.name,))
+
+
+def _dense(shape: Sequence[Any], stride: Sequence[Expr]) -> bool:
+    """Whether `shape`/`stride` cover a block of memory exactly once (dims ordered by stride)."""
+    sizes = to_exprs(shape)
+    order = sorted((d for d in range(len(sizes)) if sizes[d] != 1), key=lambda d: _sort_key(stride[d]))
+    expected: Expr = sympy.Integer(1)
+    for d in order:
+        if sympy.simplify(stride[d] - expected) != 0:
+            return False
+        expected = expected * sizes[d]
+    return True
+
+
+def _sort_key(stride: Expr) -> Any:
+    return (0, int(stride)) if stride.is_Integer else (1, sympy.count_ops(stride), str(stride))
+
+
+def _within(start: Expr, size: Sequence[Expr], stride: Sequence[Expr], count: Expr) -> bool:
+    """Whether the last element `start + sum((size - 1) * stride)` is below `count` at every size."""
+    if any(s == 0 for s in size):
+        return True
+    last = start + sum(((s - 1) * st for s, st in zip(size, stride)), sympy.Integer(0))
+    return bool(sympy.simplify(count - 1 - last).is_nonnegative)
+
+
+def _same_layout(size: Sequence[Expr], stride: Sequence[Expr], expected: Sequence[Expr]) -> bool:
+    return all(s == 1 or sympy.simplify(a - b) == 0 for s, a, b in zip(size, stride, expected))

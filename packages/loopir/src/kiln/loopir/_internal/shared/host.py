@@ -24,7 +24,7 @@ _FOLDS = {sympy.Add: operator.add, sympy.Mul: operator.mul, sympy.Max: max, symp
 def compile_size(expr: Any, params: Sequence[sympy.Symbol]) -> Compiled:
     """`expr` as a function of the values of `params` (in order). Raises NotImplementedError
     naming the expression when it uses anything but integers, `params`, +, *, `FloorDiv`,
-    `Mod`, Max, Min and positive integer powers."""
+    `Mod`, Max, Min, Abs and positive integer powers."""
     expr = sympy.sympify(expr)
     position = {p: k for k, p in enumerate(params)}
     return _compile(expr, position, expr)
@@ -52,6 +52,9 @@ def _compile(expr: sympy.Expr, position: dict[sympy.Symbol, int], whole: sympy.E
         divide = operator.floordiv if isinstance(expr, FloorDiv) else operator.mod
         base, divisor = args
         return lambda values: divide(base(values), divisor(values))
+    if isinstance(expr, sympy.Abs):  # torch's shape env writes a few sizes with it (u0 + Abs(u0))
+        (operand,) = args
+        return lambda values: abs(operand(values))
     if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
         base, exponent = args[0], int(expr.exp)
         return lambda values: base(values) ** exponent
