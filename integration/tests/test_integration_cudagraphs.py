@@ -40,7 +40,7 @@ def _chain(x, w):
 
 def test_cpu_graphs_run_without_cuda_graphs_and_say_so(caplog):
     fn, counting = _compiled(_chain)
-    x, w = torch.randn(4, 16), torch.randn(16)
+    x, w = torch.randn(4, 16, device="cpu"), torch.randn(16, device="cpu")
     with caplog.at_level(logging.WARNING, logger="kiln.integration"):
         torch.testing.assert_close(fn(x, w), _chain(x, w))
     assert "runs without CUDA graphs" in caplog.text

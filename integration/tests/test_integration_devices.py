@@ -11,9 +11,11 @@ from kiln.integration._internal.codegens import device_type
 
 
 def test_the_accelerator_decides_the_device_type():
-    assert device_type([torch.empty(2, device="meta"), torch.tensor(1.0), 3]) == "meta"
-    assert device_type([torch.tensor(1.0)]) == "cpu"
+    cpu_scalar = torch.tensor(1.0, device="cpu")
+    assert device_type([torch.empty(2, device="meta"), cpu_scalar, 3]) == "meta"
+    assert device_type([cpu_scalar]) == "cpu"
     assert device_type([]) == "cpu"
+    assert device_type([3], [torch.empty(2, device="meta"), None]) == "meta"  # a graph of factories
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -57,12 +57,16 @@ def registered() -> dict[str, loopir.Codegen]:
     return found
 
 
-def device_type(example_inputs: Sequence[Any]) -> str:
+def device_type(example_inputs: Sequence[Any], values: Sequence[Any] = ()) -> str:
     """The device type the graph's kernels are generated for: its inputs' one device type, or
     the one besides "cpu" (CPU tensors in a GPU graph, such as scalars compiled autograd passes,
     are then read by eager ATen ops only: the partitioner keeps nodes touching them out of
-    regions)."""
-    devices = sorted({t.device.type for t in example_inputs if isinstance(t, torch.Tensor)})
+    regions). A graph with no tensor inputs (factories: torch.randint(..., device="cuda")) goes
+    by the tensors it makes, `values` (Dynamo's example values of its nodes)."""
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if not tensors:
+        tensors = [t for t in values if isinstance(t, torch.Tensor)]
+    devices = sorted({t.device.type for t in tensors})
     accelerators = [d for d in devices if d != "cpu"]
     if len(accelerators) > 1:
         raise ValueError(f"graph inputs live on several devices ({', '.join(devices)})")

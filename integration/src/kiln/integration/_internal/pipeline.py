@@ -64,7 +64,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
         dump.write("dynamo", lambda: gm.print_readable(print_output=False), ".py")
         if check:
             capture.verify(gm)
-    device = codegens.device_type(example_inputs)
+    device = codegens.device_type(example_inputs, [n.meta.get("example_value") for n in gm.graph.nodes])
     codegen = codegens.select(device, options)
     if is_training(example_inputs):
         def backward_report(results: _RegionResults, backward_stages: _Stages) -> None:

@@ -57,15 +57,29 @@ def _interpreter_libdevice() -> types.SimpleNamespace:
 
 
 @triton.jit
+def either(a, b):
+    """a | b of two booleans. Device functions use it instead of `|` (and `both` instead of
+    `&`): Triton's interpreter cannot `|` a block with a 0-d block (a 0-d tensor operand,
+    loaded as a scalar): TypeError from NumPy's bitwise_or. Compiled, it is the same `or`."""
+    return tl.where(a, a, b)
+
+
+@triton.jit
+def both(a, b):
+    """a & b of two booleans (see `either`)."""
+    return tl.where(a, b, a)
+
+
+@triton.jit
 def maximum(a, b):
     """torch.maximum: NaN if either operand is NaN (tl.maximum may drop NaNs)."""
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.where(either(a > b, a != a), a, b)
 
 
 @triton.jit
 def minimum(a, b):
     """torch.minimum: NaN if either operand is NaN."""
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.where(either(a < b, a != a), a, b)
 
 
 @triton.jit
@@ -97,7 +111,7 @@ def pow(x, y):  # noqa: A001 (the loopir op's name)
     y_is_odd = tl.abs(y % 2.0) == 1
     negative = tl.where(y_is_odd, -magnitude, magnitude)
     result = tl.where(x < 0, tl.where(y_is_integer, negative, float("nan")), magnitude)
-    return tl.where((y == 0) | (x == 1), 1.0, result)
+    return tl.where(either(y == 0, x == 1), 1.0, result)
 
 
 @triton.jit
@@ -157,13 +171,13 @@ def argmin_combine(value_a, index_a, value_b, index_b):
 @triton.jit
 def fmax(a, b):
     """torch.fmax: the other operand where one is NaN."""
-    return tl.where((a > b) | (b != b), a, b)
+    return tl.where(either(a > b, b != b), a, b)
 
 
 @triton.jit
 def fmin(a, b):
     """torch.fmin: the other operand where one is NaN."""
-    return tl.where((a < b) | (b != b), a, b)
+    return tl.where(either(a < b, b != b), a, b)
 
 
 @triton.jit
@@ -190,7 +204,7 @@ def _safe_divisor(b):
     if b.dtype.is_int_unsigned():  # no -1 (an unsigned block refuses a negative scalar)
         return tl.where(b == 0, 1, b)
     else:
-        return tl.where((b == 0) | (b == -1), 1, b)
+        return tl.where(either(b == 0, b == -1), 1, b)
 
 
 @triton.jit
@@ -209,7 +223,7 @@ def remainder(a, b):
     if a.dtype.is_int_unsigned():
         return r
     else:
-        return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+        return tl.where(both(r != 0, (r < 0) != (b < 0)), r + b, r)
 
 
 @triton.jit
@@ -232,7 +246,7 @@ def floordiv(a, b):
     if a.dtype.is_floating():
         mod = a % b
         div = (a - mod) / b
-        div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+        div = tl.where(both(mod != 0, (b < 0) != (mod < 0)), div - 1.0, div)
         floored = tl.floor(div)
         floored = tl.where(div - floored > 0.5, floored + 1.0, floored)
         quotient = a / b
@@ -243,7 +257,7 @@ def floordiv(a, b):
         if a.dtype.is_int_unsigned():
             return q
         else:
-            return tl.where((fmod(a, b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
+            return tl.where(both(fmod(a, b) != 0, (a < 0) != (b < 0)), q - 1, q)
 
 
 @triton.jit
@@ -262,7 +276,7 @@ def gcd(a, b):
 def left_shift(a, b):
     """a << b; 0 when b is negative or at least a's width (as torch)."""
     bits: tl.constexpr = a.dtype.primitive_bitwidth
-    out_of_range = (b < 0) | (b >= bits)
+    out_of_range = either(b < 0, b >= bits)
     return tl.where(out_of_range, 0, a << tl.where(out_of_range, 0, b))
 
 
@@ -272,10 +286,10 @@ def right_shift(a, b):
     unsigned: logical, 0)."""
     bits: tl.constexpr = a.dtype.primitive_bitwidth
     if a.dtype.is_int_unsigned():  # a logical shift: 0 past the width
-        out_of_range = (b < 0) | (b >= bits)
+        out_of_range = either(b < 0, b >= bits)
         return tl.where(out_of_range, 0, a >> tl.where(out_of_range, 0, b))
     else:
-        return a >> tl.where((b < 0) | (b >= bits), bits - 1, b)
+        return a >> tl.where(either(b < 0, b >= bits), bits - 1, b)
 
 
 # Random numbers: loopir's generator (kiln/loopir/_internal/philox.py) is Philox4x32-10 keyed by
@@ -308,8 +322,8 @@ def logaddexp(a, b):
     hi = tl.maximum(a, b)
     lo = tl.minimum(a, b)
     combined = hi + log1p(tl.exp(lo - hi))
-    same_infinity = (lo == hi) & (tl.abs(lo) == float("inf"))
-    return tl.where((a != a) | (b != b), a + b, tl.where(same_infinity, a, combined))
+    same_infinity = both(lo == hi, tl.abs(lo) == float("inf"))
+    return tl.where(either(a != a, b != b), a + b, tl.where(same_infinity, a, combined))
 
 
 @triton.jit
