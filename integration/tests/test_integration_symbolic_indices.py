@@ -87,6 +87,14 @@ def _check_like_eager(compiled, fn, a, n):
         torch.testing.assert_close(got, expected, msg=lambda m: f"n = {n}: {m}")
 
 
+RECOMPILE_LIMIT = 32  # Dynamo guards on n's sign and its relation to the rows: several graphs
+
+
+def _under_recompile_limit(graphs: int) -> bool:
+    """Past Dynamo's recompile limit later calls run eagerly and would pass without kiln."""
+    return graphs < RECOMPILE_LIMIT
+
+
 class _SymbolicN:
     """A backend that compiles with kiln and records whether each graph took n as a SymInt."""
 
@@ -100,6 +108,7 @@ class _SymbolicN:
 
 
 @pytest.mark.parametrize("name", ["index", "select_column", "set_slice", "setitem", "slice_both"])  # CI time
+@torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT)
 def test_every_sign_and_bound_matches_eager_on_cpp(name):
     fn, counted = PROPERTY_CASES[name], _SymbolicN("cpu")
     compiled = torch.compile(fn, backend=counted, dynamic=True)
@@ -107,9 +116,11 @@ def test_every_sign_and_bound_matches_eager_on_cpp(name):
     for n in BOUNDS:
         _check_like_eager(compiled, fn, a, n)
     assert any(counted.symbolic), "no graph took n as a SymInt"
+    assert _under_recompile_limit(len(counted.symbolic)), f"{len(counted.symbolic)} graphs: some calls ran eagerly"
 
 
 @pytest.mark.parametrize("name", sorted(PROPERTY_CASES))
+@torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT)
 def test_symbolic_indices_property(name):
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
@@ -123,3 +134,4 @@ def test_symbolic_indices_property(name):
 
     matches_eager()
     assert any(counted.symbolic), "no graph took n as a SymInt"
+    assert _under_recompile_limit(len(counted.symbolic)), f"{len(counted.symbolic)} graphs: some calls ran eagerly"
