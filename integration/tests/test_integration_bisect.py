@@ -10,11 +10,17 @@ import torch
 import torch.fx as fx
 
 from kiln import autograd_trace, loopir
-from kiln.codegen_cpp._internal import kernel_source
+from kiln.codegen_cpp._internal import kernel_source, vector_source
 from kiln.integration import bisect
 from kiln.integration._internal import pipeline
 
 aten = torch.ops.aten
+
+
+def _plant_sin_is_cos(monkeypatch):
+    """The planted C++ bug: sin computes cos, on the scalar and the vector path alike."""
+    monkeypatch.setattr(kernel_source.CppHandler, "sin", kernel_source.CppHandler.cos)
+    monkeypatch.setattr(vector_source.CppVectorHandler, "sin", vector_source.CppVectorHandler.cos)
 
 
 def _program(x, y):
@@ -76,7 +82,7 @@ def test_a_bug_in_a_loopir_lowering_names_the_region(tmp_path):
 
 
 def test_a_bug_in_generated_code_names_the_region_and_kernel_and_writes_a_repro(monkeypatch, tmp_path):
-    monkeypatch.setattr(kernel_source.CppHandler, "sin", kernel_source.CppHandler.cos)  # C++ sin is cos
+    _plant_sin_is_cos(monkeypatch)  # C++ sin is cos
     result = bisect(_program, *_args(), options={"codegen": "cpu", "cache_dir": tmp_path}, repro_dir=tmp_path)
     assert result.stage == "generated", str(result)
     assert result.region is not None and "kernel" in result.detail

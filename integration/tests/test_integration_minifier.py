@@ -9,8 +9,14 @@ import pytest
 import torch
 from torch._dynamo.debug_utils import AccuracyError, backend_accuracy_fails
 
-from kiln.codegen_cpp._internal import kernel_source
+from kiln.codegen_cpp._internal import kernel_source, vector_source
 from kiln.integration import backend
+
+
+def _plant_sin_is_cos(monkeypatch):
+    """The planted C++ bug: sin computes cos, on the scalar and the vector path alike."""
+    monkeypatch.setattr(kernel_source.CppHandler, "sin", kernel_source.CppHandler.cos)
+    monkeypatch.setattr(vector_source.CppVectorHandler, "sin", vector_source.CppVectorHandler.cos)
 
 
 def _captured_graph(fn, *args):
@@ -34,7 +40,7 @@ def test_repro_after_dynamo_level_4_catches_a_wrong_kernel(grad, monkeypatch, tm
     """TORCHDYNAMO_REPRO_AFTER=dynamo TORCHDYNAMO_REPRO_LEVEL=4: the wrong result raises
     AccuracyError and the minifier launcher is written (with grad on, the compiled training
     module once failed to deep-copy, which Dynamo took for an unrelated error: no repro)."""
-    monkeypatch.setattr(kernel_source.CppHandler, "sin", kernel_source.CppHandler.cos)  # C++ sin is cos
+    _plant_sin_is_cos(monkeypatch)  # C++ sin is cos
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     model = torch.nn.Linear(8, 8)
     torch._dynamo.reset()
@@ -49,7 +55,7 @@ def test_repro_after_dynamo_level_4_catches_a_wrong_kernel(grad, monkeypatch, tm
 @pytest.mark.parametrize("planted", [False, True], ids=["correct", "planted_bug"])
 def test_accuracy_check_catches_a_wrong_kernel(grad, planted, monkeypatch, tmp_path):
     if planted:
-        monkeypatch.setattr(kernel_source.CppHandler, "sin", kernel_source.CppHandler.cos)
+        _plant_sin_is_cos(monkeypatch)
     model = torch.nn.Linear(8, 8)
     with torch.set_grad_enabled(grad):
         gm, example_inputs = _captured_graph(lambda x: _program(model, x), torch.randn(4, 8))
