@@ -219,8 +219,16 @@ class TritonKernel:
         return max(2, min(self.options.max_reduction_warps, tile_bytes // per_warp))
 
     @functools.cached_property
+    def _input_sizes(self) -> tuple[int, ...]:
+        return tuple(torch.empty((), dtype=d).element_size() for d in self._in_dtypes)
+
+    @functools.cached_property
     def _widest_input(self) -> int:
-        return max((torch.empty((), dtype=d).element_size() for d in self._in_dtypes), default=4)
+        return max(self._input_sizes, default=4)
+
+    @functools.cached_property
+    def _narrowest_input(self) -> int:
+        return min(self._input_sizes, default=4)
 
     def _reduction_blocks(self, xnumel: int, rnumel: int) -> tuple[int, int]:
         """(XBLOCK, RBLOCK); see `TritonOptions.rblock` and `contiguous_rblock`."""
@@ -228,7 +236,7 @@ class TritonKernel:
         if not self.contiguous:
             xblock = _block(xnumel, options.strided_xblock)
             return xblock, _block(rnumel, min(options.rblock, max(1, options.strided_tile // xblock)))
-        wide = all(torch.empty((), dtype=d).element_size() >= 4 for d in self._in_dtypes)
+        wide = self._narrowest_input >= 4
         rblock = _block(rnumel, options.float32_contiguous_rblock if wide else options.contiguous_rblock)
         budget = options.reduction_xblock * options.rblock
         return _block(xnumel, min(options.reduction_xblock, max(1, budget // rblock))), rblock
