@@ -43,7 +43,8 @@ def tests(session: nox.Session) -> None:
     (at most 4; `nox -s tests -- -n 0` runs them in one process)."""
     _install_for_tests(session)
     _install(session, "pytest-xdist")
-    session.run("pytest", "-n", "auto", "--maxprocesses", "4", "--dist", "worksteal", *session.posargs,
+    session.run("pytest", "-n", "auto", "--maxprocesses", "4", "--dist", "worksteal", "--durations=30",
+                *session.posargs,
                 env={"TRITON_INTERPRET": "1"})
 
 

@@ -79,6 +79,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", nargs="+", default=["bert", "llama"])
     parser.add_argument("--profile", type=int, default=0)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="after each kiln default-mode run: host time inside kernels, launches, externs")
     parser.add_argument("--out")
     args = parser.parse_args()
     lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}",
@@ -97,12 +99,67 @@ def main() -> None:
                 lines.append(f"| {name} | {label} | {host * 1e3:.2f} | {wall * 1e3:.2f} | {kernels:.0f} | "
                              f"{host * 1e6 / max(kernels, 1):.1f} |")
                 print(lines[-1], flush=True)
+                if backend == "kiln" and not mode and args.breakdown:
+                    lines += [f"| {name} | kiln breakdown | {row} |" for row in breakdown(run, fargs)]
+                    print("\n".join(lines[-5:]), flush=True)
                 if backend == "kiln" and not mode and args.profile and not profiled:
                     profiled = True  # now, before the next workload's dynamo reset recompiles it
                     print_profile(run, fargs, args.profile)
         if args.out:
             with open(args.out, "w") as f:
                 f.write("\n".join(lines) + "\n")
+
+
+class _Timed:
+    """Patches `owner.name` to add the time spent inside it (outermost calls only) to a total."""
+
+    def __init__(self, owner, name: str):
+        self.owner, self.name, self.original = owner, name, getattr(owner, name)
+        self.seconds, self.calls, self._depth = 0.0, 0, 0
+
+    def __enter__(self):
+        original, timed = self.original, self
+
+        def wrapper(*args, **kwargs):
+            if timed._depth:
+                return original(*args, **kwargs)
+            timed._depth += 1
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timed.seconds += time.perf_counter() - start
+                timed.calls += 1
+                timed._depth -= 1
+        setattr(self.owner, self.name, wrapper)
+        return self
+
+    def __exit__(self, *exc):
+        setattr(self.owner, self.name, self.original)
+
+
+def breakdown(run, fargs, repeat: int = 50) -> list[str]:
+    """Host microseconds per call: in total, inside kiln's kernel objects, inside their launches,
+    inside Triton's launcher, and inside ATen ops called by the wrapper (externs)."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    from kiln.codegen_triton._internal.launch import DirectLauncher
+    from kiln.codegen_triton._internal.runtime import TritonKernel
+    for _ in range(5):
+        run(*fargs)
+    torch.cuda.synchronize()
+    with (_Timed(TritonKernel, "__call__") as kernel, _Timed(DirectLauncher, "launch") as launch,
+          _Timed(CudaLauncher, "__call__") as triton, _Timed(torch._ops.OpOverload, "__call__") as aten):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            run(*fargs)
+        total = time.perf_counter() - start
+    torch.cuda.synchronize()
+    rows = [("total", total, repeat), ("TritonKernel.__call__", kernel.seconds, kernel.calls),
+            ("DirectLauncher.launch", launch.seconds, launch.calls),
+            ("Triton CudaLauncher", triton.seconds, triton.calls), ("ATen ops (externs)", aten.seconds, aten.calls)]
+    return [f"{label}: {seconds * 1e6 / repeat:.0f} us/call, {calls / repeat:.0f} calls, "
+            f"{seconds * 1e6 / max(calls, 1):.1f} us each" for label, seconds, calls in rows]
 
 
 def print_profile(run, fargs, rows: int) -> None:
