@@ -79,6 +79,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", nargs="+", default=["bert", "llama"])
     parser.add_argument("--profile", type=int, default=0)
+    parser.add_argument("--backends", nargs="+", default=[" ".join(b for b in pair if b) for pair in BACKENDS],
+                        help='of "inductor", "kiln", "inductor reduce-overhead", "kiln reduce-overhead"')
     parser.add_argument("--breakdown", action="store_true",
                         help="after each kiln default-mode run: host time inside kernels, launches, externs")
     parser.add_argument("--out")
@@ -90,6 +92,8 @@ def main() -> None:
     with torch.no_grad():
         for name, fn, fargs in workloads(args.model):
             for backend, mode in BACKENDS:
+                if " ".join(b for b in (backend, mode) if b) not in args.backends:
+                    continue
                 run, counting = compiled(backend, mode, fn)
                 host, wall = host_and_wall(run, fargs)
                 if counting is not None and counting.calls == 0:

@@ -69,3 +69,15 @@ def test_cheap_values_are_stored_by_default():
     stored = _buffers(_lowered(f, x, recompute_cheap=False))
     assert len(_buffers(_lowered(f, x, recompute_cheap=True))) < len(stored)
     assert _buffers(lower(make_fx(f)(x), row_temporaries=True)) == stored  # the default stores
+
+
+def test_a_cheap_value_read_by_several_externs_is_stored_once():
+    def qkv(x, weight, wq, wk, wv):  # one rmsnorm-like value, three matmuls (q/k/v projections)
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+        return h @ wq, h @ wk, h @ wv
+
+    args = (torch.randn(8, 16), torch.randn(16), torch.randn(16, 4), torch.randn(16, 4), torch.randn(16, 4))
+    kg = _lowered(qkv, *args, recompute_cheap=True)
+    assert len(kg.externs) == 3
+    # the normalized value: one buffer over [8, 16] that the three matmuls read, not one per matmul
+    assert sum(n.spec.size == (8, 16) for k in kg.kernels for n in k.nodes) == 1

@@ -153,7 +153,12 @@ def decompose_graph(aten: fx.GraphModule, options: KilnOptions, codegen: codegen
     epilogues = options.bias_epilogues
     if epilogues is None:
         epilogues = codegen.codegen.capabilities.bias_epilogues
-    return decomp.decompose(aten, decomp.loop_level(bias_epilogues=epilogues))
+    decomposed = decomp.decompose(aten, decomp.loop_level(bias_epilogues=epilogues))
+    # Equal pure nodes merged: a value viewed again for each of its users (q/k/v projections of
+    # one norm) would otherwise be computed once per view.
+    if decomp.eliminate_common_subexpressions(decomposed.graph):
+        decomposed.recompile()
+    return decomposed
 
 
 def partition_graph(decomposed: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected) -> fx.GraphModule:

@@ -38,11 +38,6 @@ def _runtime() -> tuple[Any, Any, Any] | None:
     return knobs.runtime, active.get_current_device, active.get_current_stream
 
 
-def _hook_active(hook: Any) -> bool:
-    """Whether a launch hook does anything (a HookChain with no calls, or None, does not)."""
-    return hook is not None and bool(getattr(hook, "calls", True))
-
-
 class DirectLauncher:
     """Launches one `JITFunction` for `TritonKernel`; see the module docstring."""
 
@@ -54,40 +49,47 @@ class DirectLauncher:
         self._direct = True  # False once this Triton turned out not to support direct launches
         self._proven = False  # a direct launch went through (argument errors surface on the first)
 
-    def _key(self, device: int, plan: Any, inputs: Sequence[torch.Tensor]) -> tuple:
-        """Device, block sizes, the size ints' classes and input pointer alignments (outputs are
-        fresh allocations of torch's caching allocator: always aligned)."""
-        aligned = tuple(t.data_ptr() % _ALIGNMENT == 0 for t in inputs)
-        if self.dtypes_checked:
-            return device, plan.size_key, aligned
-        return device, plan.size_key, aligned, tuple(t.dtype for t in inputs)
-
     def launch(self, plan: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
                status: Sequence[torch.Tensor] = ()) -> None:
-        """`status`: the kernel's `kiln_status` buffer, for kernels with run-time checks."""
-        if self._direct and self._runtime is None:
-            self._runtime = _runtime()
-            self._direct = self._runtime is not None
+        """`status`: the kernel's `kiln_status` buffer, for kernels with run-time checks.
+
+        This runs once per kernel per call of a compiled graph: every step is kept to plain
+        attribute reads and tuple work (tools/host_overhead.py --breakdown measures it)."""
+        runtime = self._runtime
+        if runtime is None and self._direct:
+            runtime = self._runtime = _runtime()
+            self._direct = runtime is not None
         if not self._direct:
             self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, *status, **plan.launch)
             return
-        knobs, current_device, current_stream = self._runtime
+        knobs, current_device, current_stream = runtime
         device = current_device()
-        key = self._key(device, plan, inputs)
+        # The key: at least as fine as Triton's specialization. Device, block sizes, the size
+        # ints' classes (plan.size_key) and which input pointers are not 16-byte aligned
+        # (outputs are fresh allocations of torch's caching allocator: always aligned).
+        misaligned, bit = 0, 1
+        for tensor in inputs:
+            if tensor.data_ptr() % _ALIGNMENT:
+                misaligned |= bit
+            bit <<= 1
+        key = (device, plan.size_key, misaligned)
+        if not self.dtypes_checked:  # TritonKernel did not check input dtypes: they join the key
+            key += tuple(t.dtype for t in inputs)
         found = self._launchers.get(key)
         if found is None:
             self._first_launch(key, plan, inputs, outputs, status)
             return
         run, function, metadata, compiled = found
-        stream = current_stream(device)
         enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
         args = (*inputs, *outputs, *plan.sizes, *status, *plan.blocks)
-        launch_metadata = compiled.launch_metadata(plan.grid, stream, *args) if _hook_active(enter) else None
+        # A hook (e.g. a profiler's) gets the launch's metadata; an empty HookChain is inactive.
+        launch_metadata = (compiled.launch_metadata(plan.grid, current_stream(device), *args)
+                           if enter is not None and getattr(enter, "calls", True) else None)
         if self._proven:
-            run(plan.grid[0], 1, 1, stream, function, metadata, launch_metadata, enter, leave, *args)
+            run(plan.grid[0], 1, 1, current_stream(device), function, metadata, launch_metadata, enter, leave, *args)
             return
         try:  # the launcher parses every argument before it launches: a failure launched nothing
-            run(plan.grid[0], 1, 1, stream, function, metadata, launch_metadata, enter, leave, *args)
+            run(plan.grid[0], 1, 1, current_stream(device), function, metadata, launch_metadata, enter, leave, *args)
         except (TypeError, ValueError) as error:
             log.warning("codegen_triton: direct launch of %s failed (%s); launching through "
                         "JITFunction[grid](...) from now on", getattr(self.jit_function, "__name__", "?"), error)

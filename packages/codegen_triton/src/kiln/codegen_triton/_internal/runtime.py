@@ -80,6 +80,8 @@ class _Plan:
     blocks: tuple[int, ...]  # XBLOCK (, RBLOCK) (, INDEX_64): the constexpr arguments, in signature order
     launch: dict[str, int]  # the same as keywords for JITFunction[grid](...), plus num_warps
     size_key: tuple  # the sizes' part of the specialization key (see DirectLauncher)
+    in_meta: tuple[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]], ...]  # per input, for the cheap check
+    out_allocations: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype], ...]  # empty_strided's arguments
 
 
 # Measured on an H200 (tools/bench_gpu_rows.py, BENCHMARKS.md): 1 KiB of the tile's widest
@@ -116,10 +118,13 @@ class TritonKernel:
                                      + ([[kernel.ranges[tile.y], kernel.ranges[tile.x]]] if tile else []))
         self._plans: dict[tuple, _Plan] = {}
         self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
+        self._check_inputs = options.check_inputs
         self._scatter_bases = scatter_bases(kernel)
         self._serial = serial_only(kernel)
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
+        # Runs once per kernel per call of a compiled graph: the common path is plain attribute
+        # reads and tuple work (tools/host_overhead.py --breakdown measures it on a GPU).
         if len(args) != self._n_args:
             raise TypeError(f"{self.__name__} takes {self._n_in} tensors and {len(self.kernel.symbols)} "
                             f"sizes, got {len(args)} arguments")
@@ -127,13 +132,14 @@ class TritonKernel:
         if self._scatter_bases:  # a serial scatter when deterministic algorithms are asked for
             size_args = (*size_args, self._serial or torch.are_deterministic_algorithms_enabled())
         plan = self._plans.get(size_args) or self._new_plan(size_args)
-        if self.options.check_inputs and not self._inputs_match(inputs, plan):
+        if self._check_inputs and not self._inputs_match(inputs, plan):
             self._check(inputs, plan)
         device = inputs[0].device if inputs else self._default_device()
         outputs = tuple(torch.empty_strided(size, stride, dtype=dtype, device=device)
-                        for size, stride, dtype in plan.out_layouts)
-        if fill_requested(self.options.fill_uninitialized):
-            fill_uninitialized(outputs)
+                        for size, stride, dtype in plan.out_allocations)
+        if self.options.fill_uninitialized or torch.are_deterministic_algorithms_enabled():
+            if fill_requested(self.options.fill_uninitialized):
+                fill_uninitialized(outputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
             outputs[out_pos].copy_(inputs[in_pos])
         if plan.empty:
@@ -193,7 +199,9 @@ class TritonKernel:
         launch = {"num_warps": self._warps(blocks), **blocks}
         plan = _Plan(sizes, out_layouts, in_rows[:n_in], in_rows[n_in:2 * n_in], xnumel == 0,
                      (self._programs(xnumel, rows[-1] if self.tile else (), blocks),), tuple(blocks.values()), launch,
-                     (tuple(blocks.values()), tuple(_int_class(s) for s in sizes)))
+                     (tuple(blocks.values()), tuple(_int_class(s) for s in sizes)),
+                     tuple(zip(self._in_dtypes, in_rows[:n_in], in_rows[n_in:2 * n_in])),
+                     tuple((tuple(size), tuple(stride), dtype) for size, stride, dtype in out_layouts))
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
         self._plans[size_args] = plan
@@ -241,13 +249,15 @@ class TritonKernel:
         budget = options.reduction_xblock * options.rblock
         return _block(xnumel, min(options.reduction_xblock, max(1, budget // rblock))), rblock
 
-    def _inputs_match(self, inputs: Sequence[Any], plan: _Plan) -> bool:
-        """The cheap check: exact dtypes, sizes, strides and one device (no message built)."""
+    @staticmethod
+    def _inputs_match(inputs: Sequence[Any], plan: _Plan) -> bool:
+        """The cheap check: exact dtypes, strides, sizes and one device (no message built)."""
         try:
-            device = inputs[0].get_device() if inputs else None
-            for tensor, dtype, size, stride in zip(inputs, self._in_dtypes, plan.in_sizes, plan.in_strides):
-                if (tensor.dtype != dtype or tensor.shape != size or tensor.stride() != stride
-                        or tensor.get_device() != device):
+            device = inputs[0].get_device() if len(inputs) > 1 else None
+            for tensor, (dtype, size, stride) in zip(inputs, plan.in_meta):
+                if tensor.dtype is not dtype or tensor.stride() != stride or tensor.shape != size:
+                    return False
+                if device is not None and tensor.get_device() != device:
                     return False
         except (AttributeError, TypeError):  # not a tensor: the full check names it
             return False

@@ -339,9 +339,19 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
         raise
     except Exception as exc:
         raise LoweringError(f"lowering failed for {node_location(node)}: {exc}") from exc
-    if isinstance(result, Lazy) and len(node.users) > 1 and not (ctx.recompute_cheap and recomputed_on_reuse(result)):
+    if isinstance(result, Lazy) and len(node.users) > 1 and not (
+            ctx.recompute_cheap and _stored_by_at_most_one(node, table) and recomputed_on_reuse(result)):
         result = ctx.realize_in_memory_order(result, node.meta.get("val"))
     return result
+
+
+def _stored_by_at_most_one(node: fx.Node, table: Lowerings) -> bool:
+    """Whether at most one user needs `node` in memory (an extern call, the graph's output):
+    a cheap value that each of its kernels recomputes is still stored once per such user, so
+    with several (q/k/v projections reading one norm) it is stored once instead."""
+    stored = sum(user.op == "output" or (user.target in table and table[user.target].kind == "extern")
+                 for user in node.users)
+    return stored <= 1
 
 
 # A value read by several users is stored once and loaded by each, unless it is this cheap: at
