@@ -10,7 +10,8 @@ workload must move (inputs once, outputs once) over that time as a percentage of
 device-to-device copy bandwidth, and kiln/Inductor. kiln runs with ``fallback=False`` and its
 backend calls are counted (a row where kiln compiled nothing is an error). `--kiln-paths NAME=DIR`
 adds a kiln column per entry whose package sources are taken from DIR first (a before/after
-comparison in one run: DIR holds another checkout's `packages/*/src` joined by ':').
+comparison in one run: DIR holds another checkout's `packages/*/src` joined by ':'); a DIR ending
+in `@MODE` runs that kiln with torch.compile's mode=MODE (e.g. `tuned=$PYTHONPATH@max-autotune-no-cudagraphs`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -80,7 +82,17 @@ def moved_bytes(fn, args) -> int:
 
 
 def bench(fn) -> float:
+    """Median seconds per call. With BENCH_GRAPHS=1 (`--graphs`) a call is a replay of `fn`
+    captured as a CUDA graph: GPU time only, without the host's per-call time (which on a busy
+    host is as long as these kernels and varies from run to run)."""
     from triton.testing import do_bench
+    if os.environ.get("BENCH_GRAPHS") == "1":
+        fn()  # compiled, tuned and warm before capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        fn = graph.replay
     return do_bench(fn, warmup=10, rep=50, return_mode="median") / 1e3
 
 
@@ -88,7 +100,8 @@ def copy_bandwidth(dtype: torch.dtype) -> float:
     """Device-to-device copy of 1 GiB of `dtype` (16-bit elements move fewer bytes per thread)."""
     a = torch.empty((1 << 30) // torch.empty((), dtype=dtype).element_size(), device="cuda", dtype=dtype)
     b = torch.empty_like(a)
-    return 2 * a.numel() * a.element_size() / bench(lambda: b.copy_(a))
+    from triton.testing import do_bench  # not bench(): a copy is one launch either way
+    return 2 * a.numel() * a.element_size() / (do_bench(lambda: b.copy_(a), warmup=10, rep=50, return_mode="median") / 1e3)
 
 
 class Counting:
@@ -104,7 +117,8 @@ def kiln_seconds(fn, args, want) -> tuple[float, float]:
     """(seconds per call, max error against eager) of kiln in this process."""
     from kiln.integration import backend
     torch._dynamo.reset()
-    counting = Counting(functools.partial(backend, options={"fallback": False}))
+    mode = os.environ.get("BENCH_KILN_MODE") or None
+    counting = Counting(functools.partial(backend, options={"fallback": False}, mode=mode))
     compiled = torch.compile(fn, backend=counting)
     got = compiled(*args)
     if counting.calls == 0:
@@ -117,17 +131,24 @@ def kiln_seconds(fn, args, want) -> tuple[float, float]:
 def worker(width: int, dtype_name: str, elements: int) -> None:
     """Run in a subprocess with another checkout's sources first on sys.path: kiln times only."""
     results = {}
+    if os.environ.get("BENCH_KILN_MODE", "").startswith("max-autotune"):  # the tuning choices, on stderr
+        logging.basicConfig(level=logging.WARNING)
+        logging.getLogger("kiln.codegen_triton").setLevel(logging.INFO)
     only = os.environ.get("BENCH_WORKLOADS")
     for name, fn, args in cases(width, DTYPES[dtype_name], elements):
         if only is None or name in only.split(","):
-            results[name] = kiln_seconds(fn, args, fn(*args))[0]
+            results[name], error = kiln_seconds(fn, args, fn(*args))
+            print(f"kiln error {name} {width} {dtype_name}: {error:.1e}", file=sys.stderr)
     print("RESULT " + json.dumps(results))
 
 
 def other_kiln(path: str, width: int, dtype_name: str, elements: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": path + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    path, _, mode = path.partition("@")
+    env = {**os.environ, "PYTHONPATH": path + os.pathsep + os.environ.get("PYTHONPATH", ""), "BENCH_KILN_MODE": mode}
     done = subprocess.run([sys.executable, __file__, "--worker", str(width), dtype_name, str(elements)],
                           env=env, capture_output=True, text=True, timeout=900)
+    print("\n".join(line for line in done.stderr.splitlines() if line.startswith("kiln error") or "tuned" in line),
+          file=sys.stderr)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line.removeprefix("RESULT "))
@@ -164,6 +185,7 @@ def main() -> None:
     parser.add_argument("--elements", type=int, default=1 << 26)
     parser.add_argument("--workloads", nargs="+", help="only these workload names")
     parser.add_argument("--kiln-paths", nargs="*", default=[], metavar="NAME=PATH")
+    parser.add_argument("--graphs", action="store_true", help="time CUDA graph replays (GPU time only)")
     parser.add_argument("--out")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -171,6 +193,8 @@ def main() -> None:
     if args.worker:
         worker(int(args.worker[0]), args.worker[1], int(args.worker[2]))
         return
+    if args.graphs:  # read by bench(), here and in the other checkouts' workers
+        os.environ["BENCH_GRAPHS"] = "1"
     others = dict(item.split("=", 1) for item in args.kiln_paths)
     if args.workloads:  # the other checkouts' workers time these only
         os.environ["BENCH_WORKLOADS"] = ",".join(args.workloads)
@@ -179,7 +203,7 @@ def main() -> None:
             + ["kiln/Inductor", "kiln err"])
     copies = ", ".join(f"{name} {bandwidth / 1e9:.0f} GB/s" for name, bandwidth in bandwidths.items())
     lines = [f"{torch.cuda.get_device_name()}, copy bandwidth {copies}; % = bytes moved / time / copy bandwidth "
-             "of the row's dtype",
+             "of the row's dtype" + ("; times of CUDA graph replays (GPU time)" if args.graphs else ""),
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     print("\n".join(lines), flush=True)
     for dtype_name in args.dtypes:

@@ -131,3 +131,18 @@ def test_a_launcher_that_rejects_the_arguments_turns_direct_launches_off(tmp_pat
         torch.testing.assert_close(module(x), x - 2)
     assert not kernel._launcher.direct
     assert [p for p, _ in fake.log] == ["jit", "jit", "jit"]
+
+
+def test_warps_are_part_of_the_specialization_key(tmp_path, knobs):
+    """Autotuning launches the same blocks with several num_warps: each must compile its own."""
+    module, kernel, fake = fake_kernel(lambda x: x * 3, torch.randn(64), TritonOptions(cache_dir=tmp_path))
+    x = torch.randn(64)
+    module(x)
+    (plan,) = kernel._plans.values()
+    blocks = dict(zip([k for k in plan.launch if k != "num_warps"], plan.blocks))
+    outputs = [torch.empty(64)]
+    for warps, path in [(plan.launch["num_warps"], "direct"), (2 * plan.launch["num_warps"], "jit"), (2 * plan.launch["num_warps"], "direct")]:
+        fake.log.clear()
+        kernel.launch_plan(kernel.with_blocks(plan, blocks, warps), (x,), outputs)
+        assert [p for p, _ in fake.log] == [path], warps
+        torch.testing.assert_close(outputs[0], x * 3)

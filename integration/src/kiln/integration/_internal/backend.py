@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import traceback
@@ -65,13 +66,15 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | No
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} for the kiln backend; valid: {MODES[1:]}")
-    writes_inputs = mode == "reduce-overhead" and writes_to_inputs(gm)  # before compiling rewrites gm
+    graphs = mode in ("reduce-overhead", "max-autotune")  # as Inductor: max-autotune also replays CUDA graphs
+    writes_inputs = graphs and writes_to_inputs(gm)  # before compiling rewrites gm
     ops = sum(n.op.startswith("call") for n in gm.graph.nodes)
-    module = _compile(gm, example_inputs, KilnOptions.create(options), None)
-    if mode == "reduce-overhead":
-        return reduce_overhead(module, example_inputs, f"the compiled graph of {ops} ops", writes_inputs)
+    resolved = KilnOptions.create(options)
     if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
-        warnings.warn(f"kiln: mode={mode!r} does not tune kernels yet; compiling as the default mode", stacklevel=2)
+        resolved = dataclasses.replace(resolved, autotune=True)
+    module = _compile(gm, example_inputs, resolved, None)
+    if graphs:
+        return reduce_overhead(module, example_inputs, f"the compiled graph of {ops} ops", writes_inputs)
     return module
 
 

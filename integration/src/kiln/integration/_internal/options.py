@@ -54,6 +54,9 @@ class KilnOptions:
         and raise eager's exception naming the kernel (True), or let a failed check become a
         device-side assert reported at the next synchronization, as eager's CUDA indexing errors
         are (False: the host never waits; KILN_SYNC_CHECKS=1 or CUDA_LAUNCH_BLOCKING=1 sets it).
+    autotune: codegens that can time kernels (Triton) pick each kernel's block sizes by timing a
+        few configurations on its first launch instead of by heuristics; mode="max-autotune"
+        and "max-autotune-no-cudagraphs" set it.
     """
 
     debug_dir: pathlib.Path | None = None
@@ -71,6 +74,7 @@ class KilnOptions:
     lowerings: Any = None
     round_low_precision: bool = False
     sync_checks: bool = False
+    autotune: bool = False
 
     def __post_init__(self) -> None:
         for name, kinds in _TYPES.items():
@@ -135,7 +139,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "debug_dir": _PATH, "cache_dir": _PATH, "min_region_size": (int,), "fallback": (bool,), "verify": (bool,),
     "openmp": (bool,), "parallel_threshold": (int,), "codegen": (str, type(None)), "partitioner": (str,),
     "bias_epilogues": (bool, type(None)), "verify_calls": (int,), "fill_uninitialized": (bool,),
-    "round_low_precision": (bool,), "sync_checks": (bool,),
+    "round_low_precision": (bool,), "sync_checks": (bool,), "autotune": (bool,),
 }
 
 

@@ -66,6 +66,10 @@ class TritonOptions:
         57.5 ms were the host enqueueing work. Under Triton's interpreter checks are always
         synchronous (they cost nothing).
 
+    autotune: time a few block-size and warp configurations around the heuristics' on each
+        kernel's first launch at each set of sizes and keep the fastest (the backend's
+        mode="max-autotune"; see autotune.py). Choices are cached under `cache_dir`.
+
     Block sizes are upper bounds: each launch uses the next power of two of the work it has,
     capped by these.
     """
@@ -85,6 +89,7 @@ class TritonOptions:
     device: str | None = None
     fill_uninitialized: bool = False
     sync_checks: bool = False
+    autotune: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))

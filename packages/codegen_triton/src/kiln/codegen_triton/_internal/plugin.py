@@ -12,7 +12,7 @@ from kiln.loopir import Capabilities, Codegen
 from .api import compile
 from .options import TritonCodegenError, TritonOptions
 
-_SETTINGS = ("fill_uninitialized", "sync_checks")  # backend settings read as they are
+_SETTINGS = ("fill_uninitialized", "sync_checks", "autotune")  # backend settings read as they are
 
 
 def options_from(settings: Mapping[str, Any]) -> TritonOptions:

@@ -22,6 +22,7 @@ import torch
 from kiln.loopir import Kernel, Reduction, fill_requested, fill_uninitialized, index_vars
 from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check, scatter_bases
 
+from . import autotune
 from .indexing import INT32_LIMIT
 from .kernel_source import has_reduction
 from .launch import DirectLauncher
@@ -79,9 +80,13 @@ class _Plan:
     grid: tuple[int]
     blocks: tuple[int, ...]  # XBLOCK (, RBLOCK) (, INDEX_64): the constexpr arguments, in signature order
     launch: dict[str, int]  # the same as keywords for JITFunction[grid](...), plus num_warps
-    size_key: tuple  # the sizes' part of the specialization key (see DirectLauncher)
+    size_key: tuple  # blocks, warps and the sizes' classes: the plan's part of the launcher key (see DirectLauncher)
     in_meta: tuple[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]], ...]  # per input, for the cheap check
     out_allocations: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype], ...]  # empty_strided's arguments
+    xnumel: int  # outer points (a scatter's: its program count)
+    rnumel: int  # the longest reduction (1 without)
+    tile_sizes: tuple[int, ...]  # (ynumel, xnumel) of a tiled pointwise kernel's two tiled dims
+    tuned: bool = False  # blocks chosen by timing them (mode="max-autotune"), not by heuristics
 
 
 # Measured on an H200 (tools/bench_gpu_rows.py, BENCHMARKS.md): 1 KiB of the tile's widest
@@ -134,6 +139,8 @@ class TritonKernel:
         plan = self._plans.get(size_args) or self._new_plan(size_args)
         if self._check_inputs and not self._inputs_match(inputs, plan):
             self._check(inputs, plan)
+        if self.options.autotune and not plan.tuned:
+            plan = self._plans[size_args] = self._tuned(plan, inputs)
         device = inputs[0].device if inputs else self._default_device()
         outputs = tuple(torch.empty_strided(size, stride, dtype=dtype, device=device)
                         for size, stride, dtype in plan.out_allocations)
@@ -145,13 +152,25 @@ class TritonKernel:
         if plan.empty:
             return outputs
         status = (torch.zeros(1, dtype=torch.int32, device=device),) if self.checks else ()
+        self.launch_plan(plan, inputs, outputs, status)
+        if status:
+            self._report_checks(status[0], plan)
+        return outputs
+
+    def launch_plan(self, plan: _Plan, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
+                    status: Sequence[torch.Tensor] = ()) -> None:
+        """Launch the kernel as `plan` says, into `outputs` (allocated by the caller)."""
         if self._launcher is None:
             self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, *status, **plan.launch)
         else:
             self._launcher.launch(plan, inputs, outputs, status)
-        if status:
-            self._report_checks(status[0], plan)
-        return outputs
+
+    def _tuned(self, plan: _Plan, inputs: Sequence[torch.Tensor]) -> _Plan:
+        """`plan` with timed block sizes (see autotune.py); the heuristic's under the interpreter,
+        which has no GPU time to measure."""
+        if self.interpreted and autotune.measure_override is None:
+            return dataclasses.replace(plan, tuned=True)
+        return autotune.tune(self, plan, inputs, autotune.measure_override)
 
     def _report_checks(self, status: torch.Tensor, plan: _Plan) -> None:
         """Raise the failed check's exception (waiting for the kernel), or on a GPU without
@@ -196,16 +215,23 @@ class TritonKernel:
             blocks["XBLOCK"] = _block(xnumel, self.options.xblock)
         if self.index_bounds:
             blocks["INDEX_64"] = max(bounds) >= INT32_LIMIT
-        launch = {"num_warps": self._warps(blocks), **blocks}
-        plan = _Plan(sizes, out_layouts, in_rows[:n_in], in_rows[n_in:2 * n_in], xnumel == 0,
-                     (self._programs(xnumel, rows[-1] if self.tile else (), blocks),), tuple(blocks.values()), launch,
-                     (tuple(blocks.values()), tuple(_int_class(s) for s in sizes)),
-                     tuple(zip(self._in_dtypes, in_rows[:n_in], in_rows[n_in:2 * n_in])),
-                     tuple((tuple(size), tuple(stride), dtype) for size, stride, dtype in out_layouts))
+        tile_sizes = tuple(rows[-1]) if self.tile else ()
+        plan = self.with_blocks(_Plan(
+            sizes, out_layouts, in_rows[:n_in], in_rows[n_in:2 * n_in], xnumel == 0, (0,), (), {}, (),
+            tuple(zip(self._in_dtypes, in_rows[:n_in], in_rows[n_in:2 * n_in])),
+            tuple((tuple(size), tuple(stride), dtype) for size, stride, dtype in out_layouts),
+            xnumel, max(rnumels, default=1), tile_sizes), blocks, self._warps(blocks))
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
         self._plans[size_args] = plan
         return plan
+
+    def with_blocks(self, plan: _Plan, blocks: dict[str, int], num_warps: int, tuned: bool = False) -> _Plan:
+        """`plan` launched with these constexpr blocks (in signature order) and warps."""
+        return dataclasses.replace(
+            plan, grid=(self._programs(plan.xnumel, plan.tile_sizes, blocks),), blocks=tuple(blocks.values()),
+            launch={"num_warps": num_warps, **blocks}, tuned=tuned,
+            size_key=(tuple(blocks.values()), num_warps, tuple(_int_class(s) for s in plan.sizes)))
 
     def _programs(self, xnumel: int, tile_sizes: Sequence[int], blocks: dict[str, int]) -> int:
         """How many programs cover the outer points: XBLOCK each, or one per tile."""
