@@ -96,6 +96,19 @@ def overlap_summary(prof) -> dict:
     return {"nccl_us": total, "overlapped_us": overlapped, "compute_us": sum(e - s for s, e in merged)}
 
 
+def top_kernels(prof, count: int = 12) -> list[tuple[str, float, int]]:
+    """(name, total ms, launches) of the GPU kernels that took the most time in the trace."""
+    from torch.autograd import DeviceType
+    totals: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA and event.time_range.end > event.time_range.start:
+            entry = totals.setdefault(event.name[:80], [0.0, 0])
+            entry[0] += (event.time_range.end - event.time_range.start) / 1000
+            entry[1] += 1
+    ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:count]
+    return [(name, round(ms, 3), int(n)) for name, (ms, n) in ranked]
+
+
 def make_model(run: str, size: str, device, world: int):
     """(model to step, optimizer, batch maker) with identical weights on every rank."""
     import torch
@@ -182,6 +195,7 @@ def worker(run: str, backend_name: str, size: str, steps: int, result_path: str)
         if cuda:
             torch.cuda.synchronize()
     overlap = overlap_summary(prof) if cuda else {}
+    kernels = top_kernels(prof) if cuda else []
     peak = torch.cuda.max_memory_allocated(device) if cuda else 0
     graphs = torch.tensor([counting.graphs if counting else 0], device=device)
     all_graphs = [torch.zeros_like(graphs) for _ in range(world)]
@@ -191,7 +205,7 @@ def worker(run: str, backend_name: str, size: str, steps: int, result_path: str)
         result = {"run": run, "backend": backend_name, "world": world, "losses": losses,
                   "step_ms": 1000 * statistics.median(warm), "first_step_s": first_seconds,
                   "peak_gib": peak / 2**30, "graphs_per_rank": [int(t) for t in all_graphs],
-                  "nodes": counting.nodes if counting else 0, "overlap": overlap,
+                  "nodes": counting.nodes if counting else 0, "overlap": overlap, "top_kernels": kernels,
                   "params": sum(p.numel() for p in model.parameters()) * (world if run == "fsdp" else 1)}
         with open(result_path, "w") as f:
             json.dump(result, f)
@@ -244,6 +258,10 @@ def tables(results: list[dict]) -> str:
         lines.append(f"| {r['run']} | {r['backend']} | {r['step_ms']:.1f} | {speed} | {r['first_step_s']:.1f} | "
                      f"{r['peak_gib']:.2f} | {r['graphs_per_rank']} | {loss_agreement(r, eager)} | {nccl} | "
                      f"{overlapped} |")
+    for r in results:
+        if r.get("top_kernels"):
+            lines += ["", f"GPU kernels taking the most time in 2 steps, {r['run']} {r['backend']} (ms, launches):", ""]
+            lines += [f"- {ms:.1f} ms, {n}: `{name}`" for name, ms, n in r["top_kernels"]]
     lines += ["", "Losses per step:", ""]
     for r in results:
         if "losses" in r:
