@@ -72,3 +72,16 @@ def test_nodes_before_the_first_mutation_still_merge():
     gm = make_fx(fn)(torch.randn(3), torch.empty(3))
     eliminate_common_subexpressions(gm.graph)
     assert _count(gm, aten.exp.default) == 2  # the two before copy_ merged, the one after stays
+
+
+def test_equal_values_that_are_both_outputs_stay_two_tensors():
+    """Eager returns two tensors; merged, they would alias (two parameters sharing a .grad)."""
+    def grads(x):
+        return torch.zeros(3), torch.zeros(3), (x * 2).view(3), (x * 2).view(3), x.exp() + x.exp()
+
+    gm = make_fx(grads)(torch.randn(3))
+    eliminate_common_subexpressions(gm.graph)
+    gm.recompile()
+    out = gm(torch.ones(3))
+    assert out[0].data_ptr() != out[1].data_ptr() and out[2].data_ptr() != out[3].data_ptr()
+    assert _count(gm, aten.exp.default) == 1  # not an output itself: still merged

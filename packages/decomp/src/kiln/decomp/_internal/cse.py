@@ -11,7 +11,10 @@ arguments: ops with a mutable schema, random ops (each draws new numbers), colle
 issues each one), and uninitialized allocations (`empty*`: two buffers a later op may fill
 differently). Graphs that mutate (a functionalized graph's only writes are the copies into mutated
 inputs at its end) are merged only up to their first mutating node: past it, equal arguments may
-hold other values, and a merged copy could be written twice.
+hold other values, and a merged copy could be written twice. Two equal values that each reach the
+graph's outputs (directly or through views) stay apart too: eager returns two tensors, and one
+merged tensor would make them aliases (two parameters' equal gradients would share one `.grad`,
+and an in-place update of one, as gradient clipping does, would change the other).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from .cleanup import COLLECTIVE_NAMESPACES
 
 log = logging.getLogger(__name__)
 
+_VIEWS_UNDECLARED = frozenset({"_unsafe_view"})  # views whose schema does not say so
 _UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                             "empty_permuted"})
 
@@ -44,6 +48,24 @@ def _mergeable(node: fx.Node) -> bool:
             and torch.Tag.nondeterministic_seeded not in target.tags
             and target.namespace not in COLLECTIVE_NAMESPACES
             and target._schema.name.split("::")[-1] not in _UNINITIALIZED)
+
+
+def _reaching_outputs(graph: fx.Graph) -> set[fx.Node]:
+    """The nodes whose storage a graph output shares: outputs, and the bases they view."""
+    reached: set[fx.Node] = set()
+    stack = [n for n in graph.nodes if n.op == "output"]
+    stack = [a for out in stack for a in out.all_input_nodes]
+    while stack:
+        node = stack.pop()
+        if node in reached:
+            continue
+        reached.add(node)
+        target = node.target
+        viewing = target is operator.getitem or (isinstance(target, OpOverload) and (
+            target.is_view or target._schema.name.split("::")[-1] in _VIEWS_UNDECLARED))
+        if viewing and node.args and isinstance(node.args[0], fx.Node):
+            stack.append(node.args[0])
+    return reached
 
 
 def _mutates(node: fx.Node) -> bool:
@@ -69,6 +91,7 @@ def eliminate_common_subexpressions(graph: fx.Graph) -> int:
 
     Nodes are visited in order, so arguments are already merged when their users are keyed."""
     seen: dict[Any, fx.Node] = {}
+    outputs = _reaching_outputs(graph)
     merged = 0
     for node in list(graph.nodes):
         if _mutates(node):
@@ -81,7 +104,7 @@ def eliminate_common_subexpressions(graph: fx.Graph) -> int:
         except TypeError:  # an argument that cannot be compared by value (a tensor constant, ...)
             continue
         first = seen.setdefault(key, node)
-        if first is node:
+        if first is node or (node in outputs and first in outputs):
             continue
         node.replace_all_uses_with(first)
         graph.erase_node(node)
