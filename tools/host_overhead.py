@@ -83,6 +83,9 @@ def main() -> None:
                         help='of "inductor", "kiln", "inductor reduce-overhead", "kiln reduce-overhead"')
     parser.add_argument("--breakdown", action="store_true",
                         help="after each kiln default-mode run: host time inside kernels, launches, externs")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="then time Inductor and kiln (default mode) alternately this many times: "
+                             "medians and kiln/Inductor per round, robust to a host whose speed drifts")
     parser.add_argument("--out")
     args = parser.parse_args()
     lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}",
@@ -109,9 +112,34 @@ def main() -> None:
                 if backend == "kiln" and not mode and args.profile and not profiled:
                     profiled = True  # now, before the next workload's dynamo reset recompiles it
                     print_profile(run, fargs, args.profile)
+        if args.rounds:
+            lines += interleaved(workloads(args.model), args.rounds)
         if args.out:
             with open(args.out, "w") as f:
                 f.write("\n".join(lines) + "\n")
+
+
+def interleaved(cases, rounds: int) -> list[str]:
+    """Inductor and kiln compiled side by side (no reset between), timed in turn `rounds` times."""
+    lines = ["", "| workload | Inductor host ms (median) | kiln host ms (median) | kiln/Inductor host per round |",
+             "|---|---|---|---|"]
+    for name, fn, fargs in cases:
+        torch._dynamo.reset()
+        inductor = torch.compile(fn)
+        counting = CountingBackend(kiln_backend)
+        kiln = torch.compile(fn, backend=counting)
+        inductor(*fargs), kiln(*fargs)
+        if counting.calls == 0:
+            raise RuntimeError(f"{name}: Dynamo never called kiln")
+        times = {"inductor": [], "kiln": []}
+        for _ in range(rounds):
+            for label, run in (("inductor", inductor), ("kiln", kiln)):
+                times[label].append(host_and_wall(run, fargs, repeat=30)[0])
+        ratios = " ".join(f"{k / i:.2f}" for i, k in zip(times["inductor"], times["kiln"]))
+        lines.append(f"| {name} | {statistics.median(times['inductor']) * 1e3:.2f} | "
+                     f"{statistics.median(times['kiln']) * 1e3:.2f} | {ratios} |")
+        print(lines[-1], flush=True)
+    return lines
 
 
 class _Timed:
