@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from workloads import layer_norm_rows, rmsnorm_rows, softmax_rows, sum_first_dim, var_mean_rows
 
 from kiln.integration import backend as kiln_backend
 from kiln.integration import explain
@@ -49,28 +50,8 @@ def gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
-def softmax(x):
-    return torch.softmax(x, -1)
-
-
-def layer_norm(x, w, b):
-    return F.layer_norm(x, x.shape[-1:], w, b)
-
-
-def rmsnorm(x, w):
-    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w
-
-
-def var_mean(x):
-    return torch.var_mean(x, -1)
-
-
 def sum_amax(x):
     return x.sum(-1), x.amax(-1)
-
-
-def sum_dim0(x):
-    return x.sum(0)
 
 
 def transposed_mean(xt):
@@ -87,16 +68,16 @@ WORKLOADS: dict[str, tuple[Callable[..., Any], torch.dtype, str]] = {
     "exp/log1p chain": (chain_exp_log1p, torch.float32, "x"),
     "gelu (erf)": (gelu_erf, torch.float32, "x"),
     "gelu (tanh)": (gelu_tanh, torch.float32, "x"),
-    "softmax": (softmax, torch.float32, "x"),
-    "layer_norm": (layer_norm, torch.float32, "xwb"),
-    "rmsnorm": (rmsnorm, torch.float32, "xw"),
-    "var_mean": (var_mean, torch.float32, "x"),
+    "softmax": (softmax_rows, torch.float32, "x"),
+    "layer_norm": (layer_norm_rows, torch.float32, "xwb"),
+    "rmsnorm": (rmsnorm_rows, torch.float32, "xw"),
+    "var_mean": (var_mean_rows, torch.float32, "x"),
     "sum+amax(-1)": (sum_amax, torch.float32, "x"),
-    "sum(0)": (sum_dim0, torch.float32, "x"),
+    "sum(0)": (sum_first_dim, torch.float32, "x"),
     "transposed mean": (transposed_mean, torch.float32, "t"),
     "transpose+add": (transpose_add, torch.float32, "xt"),
-    "softmax bf16": (softmax, torch.bfloat16, "x"),
-    "layer_norm bf16": (layer_norm, torch.bfloat16, "xwb"),
+    "softmax bf16": (softmax_rows, torch.bfloat16, "x"),
+    "layer_norm bf16": (layer_norm_rows, torch.bfloat16, "xwb"),
 }
 
 

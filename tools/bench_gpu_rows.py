@@ -25,33 +25,13 @@ import subprocess
 import sys
 
 import torch
-import torch.nn.functional as F
+from workloads import layer_norm_rows, rmsnorm_rows, softmax_rows, sum_first_dim, var_mean_rows
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def softmax(x):
-    return torch.softmax(x, -1)
-
-
-def layer_norm(x, w, b):
-    return F.layer_norm(x, x.shape[-1:], w, b)
-
-
-def rmsnorm(x, w):
-    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w
-
-
-def var_mean(x):
-    return torch.var_mean(x, -1)
-
-
 def sum_last(x):
     return x.sum(-1)
-
-
-def sum_first(x):
-    return x.sum(0)
 
 
 def transpose_add(x, y):
@@ -69,8 +49,8 @@ def cases(width: int, dtype: torch.dtype, elements: int):
     w, b = torch.randn(width, device="cuda", dtype=dtype), torch.randn(width, device="cuda", dtype=dtype)
     yt = torch.randn(width, rows, device="cuda", dtype=dtype)
     return [
-        ("softmax", softmax, (x,)), ("layer_norm", layer_norm, (x, w, b)), ("rmsnorm", rmsnorm, (x, w)),
-        ("var_mean", var_mean, (x,)), ("sum(-1)", sum_last, (x,)), ("sum(0)", sum_first, (x,)),
+        ("softmax", softmax_rows, (x,)), ("layer_norm", layer_norm_rows, (x, w, b)), ("rmsnorm", rmsnorm_rows, (x, w)),
+        ("var_mean", var_mean_rows, (x,)), ("sum(-1)", sum_last, (x,)), ("sum(0)", sum_first_dim, (x,)),
         ("transpose+add", transpose_add, (x, yt)), ("pointwise", pointwise, (x,)),
     ]
 

@@ -32,6 +32,22 @@ def softmax_rows(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
 
+def layer_norm_rows(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)
+
+
+def rmsnorm_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w
+
+
+def var_mean_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.var_mean(x, -1)
+
+
+def sum_first_dim(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(0)
+
+
 def row_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.sum(-1), x.amax(-1)
 
