@@ -8,11 +8,10 @@ recorded in the `GraphReport`.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import logging
 import operator
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -24,22 +23,12 @@ from . import codegens
 from .checked import CheckedRegion
 from .debug import DebugDump
 from .flatten import inline_regions
+from .graph_cache import open_cache
 from .options import KilnOptions
+from .progress import Stages
 from .report import FallbackNode, GraphReport
 
 log = logging.getLogger(__name__)
-
-class _Stages:
-    def __init__(self) -> None:
-        self.seconds: list[tuple[str, float]] = []
-
-    @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        yield
-        self.seconds.append((name, time.perf_counter() - start))
-        log.debug("stage %s: %.3fs", name, self.seconds[-1][1])
-
 
 def is_training(example_inputs: Sequence[Any]) -> bool:
     """Grad mode is on and some input (parameters included) requires grad."""
@@ -56,7 +45,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
     first backward call); ``compiled_autograd`` marks a backward pass compiled autograd handed over.
     """
     dump = DebugDump(options.debug_dir)
-    stages = _Stages()
+    stages = Stages(f"graph {index}")
     check = options.verify or dump.enabled
     with stages.stage("capture"):
         captured = capture.CapturedGraph.from_backend(gm, example_inputs, index=index)
@@ -64,17 +53,32 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
         dump.write("dynamo", lambda: gm.print_readable(print_output=False), ".py")
         if check:
             capture.verify(gm)
+    stages.what += f" ({location})" if location else ""
     device = codegens.device_type(example_inputs, [n.meta.get("example_value") for n in gm.graph.nodes])
     codegen = codegens.select(device, options)
-    if is_training(example_inputs):
-        def backward_report(results: _RegionResults, backward_stages: _Stages) -> None:
+    training = is_training(example_inputs)
+    with stages.stage("cache_key"):
+        cache = open_cache(gm, example_inputs, options, codegen, device, training)
+    if cache is not None:
+        with stages.stage("cache_load"):
+            hit = cache[0].load(cache[1], gm)
+        if hit is not None:
+            module, stored = hit
+            report = dataclasses.replace(stored, index=index, location=location, stage_seconds=stages.seconds,
+                                         cached=True, compiled_autograd=compiled_autograd)
+            stages.summary("loaded from the whole-graph cache")
+            log.info("kiln: %s", report)
+            return module, report
+    if training:
+        def backward_report(results: _RegionResults, backward_stages: Stages) -> None:
             report = _report(index, results, backward_stages, location, training=True, backward=True)
+            backward_stages.summary()
             log.info("kiln: %s", report)
             if on_backward is not None:
                 on_backward(report)
 
         module, compiled = _compile_training(gm, example_inputs, options, codegen, dump, stages, check,
-                                             backward_report)
+                                             backward_report, f"graph {index} backward" + (f" ({location})" if location else ""))
     else:
         with stages.stage("autograd_trace"):
             aten = autograd_trace.trace_inference(gm, example_inputs)
@@ -82,14 +86,17 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
             if check:
                 autograd_trace.verify(aten)
         module, compiled = compile_aten(aten, options, codegen, dump, stages, check)
-    report = _report(index, compiled, stages, location, training=is_training(example_inputs),
-                     compiled_autograd=compiled_autograd)
+    report = _report(index, compiled, stages, location, training=training, compiled_autograd=compiled_autograd)
+    if cache is not None:
+        with stages.stage("cache_store"):
+            cache[0].store(cache[1], module, report, gm)
+    stages.summary()
     dump.write("report", str(report))
     log.info("kiln: %s", report)
     return module, report
 
 
-def _report(index: int, compiled: _RegionResults, stages: _Stages, location: str | None, **kind: bool
+def _report(index: int, compiled: _RegionResults, stages: Stages, location: str | None, **kind: bool
             ) -> GraphReport:
     return GraphReport(
         index=index, compiled=True, reason=None,
@@ -99,8 +106,8 @@ def _report(index: int, compiled: _RegionResults, stages: _Stages, location: str
 
 
 def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
-                      codegen: codegens.Selected, dump: DebugDump, stages: _Stages, check: bool,
-                      on_backward: Callable[[_RegionResults, _Stages], None]
+                      codegen: codegens.Selected, dump: DebugDump, stages: Stages, check: bool,
+                      on_backward: Callable[[_RegionResults, Stages], None], backward_what: str
                       ) -> tuple[torch.nn.Module, _RegionResults]:
     """Joint forward+backward trace, partitioned; each half compiled by the inference pipeline.
 
@@ -111,7 +118,8 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
     def compiler(label: str):
         def compile_half(aten: fx.GraphModule, _fake_inputs: Sequence[Any]) -> torch.nn.Module:
             dump.write(f"{label}_aten", lambda: aten.print_readable(print_output=False), ".py")
-            half_stages = stages if label == "forward" else _Stages()
+            # the forward compiles inside the joint trace's stage, so its stages nest under it
+            half_stages = stages if label == "forward" else Stages(backward_what)
             module, results = compile_aten(aten, options, codegen, dump, half_stages, check, prefix=f"{label}_")
             if label == "forward":
                 forward.merge(results)
@@ -127,7 +135,7 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
 
 
 def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected, dump: DebugDump,
-                 stages: _Stages, check: bool, prefix: str = "") -> tuple[fx.GraphModule, _RegionResults]:
+                 stages: Stages, check: bool, prefix: str = "") -> tuple[fx.GraphModule, _RegionResults]:
     """decomp -> partition -> loopir -> codegen on a functional ATen graph."""
     with stages.stage(f"{prefix}decomp"):
         decomposed = decompose_graph(aten, options, codegen)
@@ -192,7 +200,7 @@ def _regions(parted: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
 
 
 def _compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: DebugDump,
-                     stages: _Stages, check: bool, options: KilnOptions, prefix: str = "") -> _RegionResults:
+                     stages: Stages, check: bool, options: KilnOptions, prefix: str = "") -> _RegionResults:
     results = _RegionResults()
     sources = []
     plugin = codegen.codegen
