@@ -180,9 +180,14 @@ class GraphCache:
         log.debug("kiln graph cache hit %s (%s)", key.digest, key.describe())
         return module, entry["report"]
 
-    def store(self, key: GraphKey, module: fx.GraphModule, report: GraphReport, dynamo_gm: fx.GraphModule) -> None:
-        """Write the entry (atomically, with its checksum); a module that cannot be stored is
-        logged at debug level and left out."""
+    def store(self, key: GraphKey, module: fx.GraphModule, report: GraphReport, dynamo_gm: fx.GraphModule,
+              added_guards: int = 0) -> None:
+        """Write the entry (atomically, with its checksum); a module that cannot be stored (or
+        whose compile added `added_guards` size guards) is logged at debug level and left out."""
+        if added_guards:
+            log.debug("kiln graph cache: graph %d not stored: compiling it added %d size guards", report.index,
+                      added_guards)
+            return
         try:
             raw = _dumps({"format": FORMAT, "module": freeze_module(module, dynamo_gm), "report": report})
         except Exception as exc:  # e.g. a codegen whose kernels do not pickle

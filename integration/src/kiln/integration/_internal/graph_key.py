@@ -30,8 +30,6 @@ import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 
-import kiln
-
 from . import codegens
 from .options import KilnOptions
 
@@ -141,10 +139,15 @@ def _inputs_text(example_inputs: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
+def shape_guards(example_inputs: Sequence[Any]) -> list[Any]:
+    """The guards on sizes Dynamo installs for this graph so far (compiling may add some: a
+    graph whose compile did cannot be cached, as a cache hit would not add them)."""
+    shape_env = getattr(detect_fake_mode(example_inputs), "shape_env", None)
+    return list(shape_env.guards) if shape_env is not None else []
+
+
 def _state_text(example_inputs: Sequence[Any]) -> str:
-    fake_mode = detect_fake_mode(example_inputs)
-    shape_env = getattr(fake_mode, "shape_env", None)
-    guards = sorted(str(g.expr) for g in shape_env.guards) if shape_env is not None else []
+    guards = sorted(str(g.expr) for g in shape_guards(example_inputs))
     return (f"grad={torch.is_grad_enabled()} deterministic={torch.are_deterministic_algorithms_enabled()} "
             f"fill={torch.utils.deterministic.fill_uninitialized_memory} default={torch.get_default_dtype()} "
             f"guards={guards}")
@@ -171,11 +174,13 @@ def _versions_text(codegen_options: Any) -> str:
 
 @functools.lru_cache(maxsize=1)
 def kiln_source_hash() -> str:
-    """A hash of every Python file of every kiln distribution (the namespace's directories)."""
+    """A hash of every Python file of the kiln packages this process imported (their own
+    directories: another checkout on the namespace path does not count)."""
     digest = hashlib.sha256()
-    for root in sorted(pathlib.Path(p) for p in kiln.__path__):
+    for name in sorted(n for n in sys.modules if n.count(".") == 1 and n.startswith("kiln.")):
+        root = pathlib.Path(sys.modules[name].__file__).parent
         for path in sorted(root.rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+            digest.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:24]
 
 

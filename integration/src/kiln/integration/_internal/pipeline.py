@@ -24,6 +24,7 @@ from .checked import CheckedRegion
 from .debug import DebugDump
 from .flatten import inline_regions
 from .graph_cache import open_cache
+from .graph_key import shape_guards
 from .options import KilnOptions
 from .progress import Stages
 from .report import FallbackNode, GraphReport
@@ -53,7 +54,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
         dump.write("dynamo", lambda: gm.print_readable(print_output=False), ".py")
         if check:
             capture.verify(gm)
-    stages.what += f" ({location})" if location else ""
+    stages.where = location
     device = codegens.device_type(example_inputs, [n.meta.get("example_value") for n in gm.graph.nodes])
     codegen = codegens.select(device, options)
     training = is_training(example_inputs)
@@ -63,12 +64,12 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
         with stages.stage("cache_load"):
             hit = cache[0].load(cache[1], gm)
         if hit is not None:
-            module, stored = hit
-            report = dataclasses.replace(stored, index=index, location=location, stage_seconds=stages.seconds,
+            report = dataclasses.replace(hit[1], index=index, location=location, stage_seconds=stages.seconds,
                                          cached=True, compiled_autograd=compiled_autograd)
             stages.summary("loaded from the whole-graph cache")
             log.info("kiln: %s", report)
-            return module, report
+            return hit[0], report
+    guards = len(shape_guards(example_inputs))
     if training:
         def backward_report(results: _RegionResults, backward_stages: Stages) -> None:
             report = _report(index, results, backward_stages, location, training=True, backward=True)
@@ -78,7 +79,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
                 on_backward(report)
 
         module, compiled = _compile_training(gm, example_inputs, options, codegen, dump, stages, check,
-                                             backward_report, f"graph {index} backward" + (f" ({location})" if location else ""))
+                                             backward_report, lambda: Stages(f"graph {index} backward", location))
     else:
         with stages.stage("autograd_trace"):
             aten = autograd_trace.trace_inference(gm, example_inputs)
@@ -89,7 +90,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
     report = _report(index, compiled, stages, location, training=training, compiled_autograd=compiled_autograd)
     if cache is not None:
         with stages.stage("cache_store"):
-            cache[0].store(cache[1], module, report, gm)
+            cache[0].store(cache[1], module, report, gm, len(shape_guards(example_inputs)) - guards)
     stages.summary()
     dump.write("report", str(report))
     log.info("kiln: %s", report)
@@ -107,7 +108,7 @@ def _report(index: int, compiled: _RegionResults, stages: Stages, location: str 
 
 def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
                       codegen: codegens.Selected, dump: DebugDump, stages: Stages, check: bool,
-                      on_backward: Callable[[_RegionResults, Stages], None], backward_what: str
+                      on_backward: Callable[[_RegionResults, Stages], None], backward_stages: Callable[[], Stages]
                       ) -> tuple[torch.nn.Module, _RegionResults]:
     """Joint forward+backward trace, partitioned; each half compiled by the inference pipeline.
 
@@ -119,7 +120,7 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
         def compile_half(aten: fx.GraphModule, _fake_inputs: Sequence[Any]) -> torch.nn.Module:
             dump.write(f"{label}_aten", lambda: aten.print_readable(print_output=False), ".py")
             # the forward compiles inside the joint trace's stage, so its stages nest under it
-            half_stages = stages if label == "forward" else Stages(backward_what)
+            half_stages = stages if label == "forward" else backward_stages()
             module, results = compile_aten(aten, options, codegen, dump, half_stages, check, prefix=f"{label}_")
             if label == "forward":
                 forward.merge(results)

@@ -44,10 +44,12 @@ if log.level == logging.NOTSET:
 
 
 class Stages:
-    """Times the stages of compiling `what` (e.g. "graph 3 (model.py:12)")."""
+    """Times the stages of compiling `what` (e.g. "graph 3"), from `where` (the user's source
+    line, named in the first progress line and the summary)."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, where: str | None = None) -> None:
         self.what = what
+        self.where = where
         self.started = time.perf_counter()
         self._records: list[tuple[float, str, float]] = []  # (start offset, path, seconds)
         self._open: list[str] = []
@@ -81,7 +83,11 @@ class Stages:
             log.debug("kiln: %s: stage %s", self.what, line)
             return
         self._loud = True
-        log.info("kiln: compiling %s is taking a while; stages so far: %s", self.what, ", ".join(self._pending))
+        log.info("kiln: compiling %s is taking a while; stages so far: %s", self._full_name(),
+                 ", ".join(self._pending))
+
+    def _full_name(self) -> str:
+        return self.what + (f" ({self.where})" if self.where else "")
 
     def summary(self, outcome: str = "compiled") -> str:
         """Where the time went: each kind of stage's total (regions added up), largest first;
@@ -96,6 +102,6 @@ class Stages:
             count[kind] += 1
         parts = [f"{kind} {seconds:.2f} s" + (f" ({count[kind]} regions)" if count[kind] > 1 else "")
                  for kind, seconds in sorted(own.items(), key=lambda item: -item[1])]
-        text = f"kiln: {self.what} {outcome} in {total:.2f} s: " + (", ".join(parts) or "no stages")
+        text = f"kiln: {self._full_name()} {outcome} in {total:.2f} s: " + (", ".join(parts) or "no stages")
         log.log(logging.INFO if total >= PROGRESS_AFTER_SECONDS else logging.DEBUG, "%s", text)
         return text
