@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import traceback
@@ -67,12 +68,31 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | No
         raise ValueError(f"unknown mode {mode!r} for the kiln backend; valid: {MODES[1:]}")
     writes_inputs = mode == "reduce-overhead" and writes_to_inputs(gm)  # before compiling rewrites gm
     ops = sum(n.op.startswith("call") for n in gm.graph.nodes)
-    module = _compile(gm, example_inputs, KilnOptions.create(options), None)
+    module = _compile(gm, example_inputs, _repro_after_aot(KilnOptions.create(options)), None)
     if mode == "reduce-overhead":
         return reduce_overhead(module, example_inputs, f"the compiled graph of {ops} ops", writes_inputs)
     if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
         warnings.warn(f"kiln: mode={mode!r} does not tune kernels yet; compiling as the default mode", stacklevel=2)
     return module
+
+
+def _repro_after_aot(options: KilnOptions) -> KilnOptions:
+    """``TORCHDYNAMO_REPRO_AFTER=aot``: Dynamo's after-AOT minifier wraps Inductor's compiler
+    only, so for kiln it would do nothing. kiln's check at that level (its ATen graphs): with
+    ``TORCHDYNAMO_REPRO_LEVEL=4`` every compiled region runs against its ATen ops eagerly on its
+    first call (``verify_calls=1``, forward and backward), and a difference raises
+    `RegionMismatchError` naming the region and the first kernel that differs; levels 1-3 warn
+    that no after-AOT repro is written and name what does (``REPRO_AFTER=dynamo``, `bisect`)."""
+    if torch._dynamo.config.repro_after != "aot":
+        return options
+    if torch._dynamo.config.repro_level == 4:
+        log.warning("kiln: TORCHDYNAMO_REPRO_AFTER=aot, level 4: each compiled region is checked against eager "
+                    "ATen on its first call (verify_calls=1); kiln.integration.bisect writes a repro script")
+        return options if options.verify_calls else dataclasses.replace(options, verify_calls=1)
+    warnings.warn("kiln: TORCHDYNAMO_REPRO_AFTER=aot writes no repro for kiln (Dynamo's after-AOT minifier drives "
+                  "Inductor's compiler); use TORCHDYNAMO_REPRO_AFTER=dynamo, level 4 at the aot level (each region "
+                  "checked against eager), or kiln.integration.bisect", stacklevel=3)
+    return options
 
 
 def explain(fn: Callable[..., Any], *args: Any, options: dict[str, Any] | KilnOptions | None = None,
