@@ -95,12 +95,16 @@ class Stages:
         total = time.perf_counter() - self.started
         own: dict[str, float] = collections.defaultdict(float)
         count: dict[str, int] = collections.Counter()
+        outer: set[str] = set()
         for _, path, spent in self._records:
             inner = sum(s for _, p, s in self._records if p.startswith(path + "/") and "/" not in p[len(path) + 1:])
             kind = path.split("/")[-1].split(":")[0]
             own[kind] += spent - inner
             count[kind] += 1
-        parts = [f"{kind} {seconds:.2f} s" + (f" ({count[kind]} regions)" if count[kind] > 1 else "")
+            if inner:
+                outer.add(kind)
+        parts = [f"{kind}{' (own)' if kind in outer else ''} {seconds:.2f} s"
+                 + (f" ({count[kind]} regions)" if count[kind] > 1 else "")
                  for kind, seconds in sorted(own.items(), key=lambda item: -item[1])]
         text = f"kiln: {self._full_name()} {outcome} in {total:.2f} s: " + (", ".join(parts) or "no stages")
         log.log(logging.INFO if total >= PROGRESS_AFTER_SECONDS else logging.DEBUG, "%s", text)
