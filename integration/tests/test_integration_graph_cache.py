@@ -155,3 +155,29 @@ def test_lru_eviction_info_and_clear(tmp_path, capsys):
 @pytest.mark.parametrize("value", ["0", "1"])
 def test_graph_cache_environment_variable(value):
     assert KilnOptions.create(environ={"KILN_GRAPH_CACHE": value}).graph_cache is (value == "1")
+
+
+def test_concurrent_stores_of_one_key_leave_a_whole_entry(tmp_path):
+    """Writers of the same entry at once (threads here; processes alike: unique temporaries,
+    then an atomic rename) leave an entry that verifies and loads; ATen ops pickle by name."""
+    import threading
+
+    from kiln.integration import GraphReport
+    from kiln.integration._internal.graph_key import GraphKey
+
+    def aten_only(x):
+        return torch.ops.aten.mul.Tensor(torch.ops.aten.add.Tensor(x, 1), x)
+
+    module = torch.fx.symbolic_trace(aten_only)
+    report = GraphReport(0, True, None, ("aten.add.Tensor",), (), 0, 0, "", ())
+    cache = GraphCache(tmp_path / "graphs", 1 << 20)
+    key = GraphKey("0" * 32, (("graph", "g"),))
+    writers = [threading.Thread(target=cache.store, args=(key, module, report, module)) for _ in range(4)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    loaded, loaded_report = cache.load(key, module)
+    x = torch.randn(3)
+    torch.testing.assert_close(loaded(x), aten_only(x))
+    assert loaded_report == report and [p.name for p, _, _ in cache.entries()] == [f"{'0' * 32}.pkl"]
