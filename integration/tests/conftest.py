@@ -36,3 +36,8 @@ def backward_counts():
     """(kernels, eager fallbacks) of each training backward graph in the pipeline's log text
     (the `kiln.integration` INFO lines a `caplog` captured)."""
     return lambda text: [tuple(map(int, m.groups())) for m in _BACKWARD.finditer(text)]
+
+
+# The whole-graph cache stays off in the tests (tests plant bugs in stages, which a graph cached
+# by an earlier test would hide); the graph cache's own tests turn it on in their options.
+os.environ.setdefault("KILN_GRAPH_CACHE", "0")

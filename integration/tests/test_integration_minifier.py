@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.debug_utils import AccuracyError, backend_accuracy_fails
 
 from kiln.codegen_cpp._internal import kernel_source, vector_source
-from kiln.integration import backend
+from kiln.integration import RegionMismatchError, backend
 
 
 def _plant_sin_is_cos(monkeypatch):
@@ -76,3 +76,23 @@ def test_a_compiled_training_module_deep_copies(tmp_path):
     out, out_copy = compiled(*inputs), copied(*inputs)
     torch.testing.assert_close(out_copy, out)
     torch.autograd.grad(out_copy[0].sum(), x)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_repro_after_aot_level_4_checks_each_region_against_eager(grad, monkeypatch, tmp_path):
+    """TORCHDYNAMO_REPRO_AFTER=aot once did nothing for kiln: at level 4 each compiled region is
+    now checked against eager ATen on its first call, naming the region and the wrong kernel."""
+    _plant_sin_is_cos(monkeypatch)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    model = torch.nn.Linear(8, 8)
+    torch._dynamo.reset()
+    config = torch._dynamo.config.patch(repro_after="aot", repro_level=4)
+    with config, torch.set_grad_enabled(grad), pytest.raises(RegionMismatchError, match="kernel") as raised:
+        torch.compile(lambda x: _program(model, x), backend="kiln")(torch.randn(4, 8))
+    assert "sin" in str(raised.value)
+
+
+def test_repro_after_aot_below_level_4_says_it_writes_no_repro():
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(repro_after="aot", repro_level=2), pytest.warns(UserWarning, match="no repro"):
+        torch.compile(lambda x: x.exp() + 1, backend="kiln", options={"codegen": "reference"})(torch.randn(4))

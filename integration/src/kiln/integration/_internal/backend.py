@@ -69,13 +69,32 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | No
     graphs = mode in ("reduce-overhead", "max-autotune")  # as Inductor: max-autotune also replays CUDA graphs
     writes_inputs = graphs and writes_to_inputs(gm)  # before compiling rewrites gm
     ops = sum(n.op.startswith("call") for n in gm.graph.nodes)
-    resolved = KilnOptions.create(options)
+    resolved = _repro_after_aot(KilnOptions.create(options))
     if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
         resolved = dataclasses.replace(resolved, autotune=True)
     module = _compile(gm, example_inputs, resolved, None)
     if graphs:
         return reduce_overhead(module, example_inputs, f"the compiled graph of {ops} ops", writes_inputs)
     return module
+
+
+def _repro_after_aot(options: KilnOptions) -> KilnOptions:
+    """``TORCHDYNAMO_REPRO_AFTER=aot``: Dynamo's after-AOT minifier wraps Inductor's compiler
+    only, so for kiln it would do nothing. kiln's check at that level (its ATen graphs): with
+    ``TORCHDYNAMO_REPRO_LEVEL=4`` every compiled region runs against its ATen ops eagerly on its
+    first call (``verify_calls=1``, forward and backward), and a difference raises
+    `RegionMismatchError` naming the region and the first kernel that differs; levels 1-3 warn
+    that no after-AOT repro is written and name what does (``REPRO_AFTER=dynamo``, `bisect`)."""
+    if torch._dynamo.config.repro_after != "aot":
+        return options
+    if torch._dynamo.config.repro_level == 4:
+        log.warning("kiln: TORCHDYNAMO_REPRO_AFTER=aot, level 4: each compiled region is checked against eager "
+                    "ATen on its first call (verify_calls=1); kiln.integration.bisect writes a repro script")
+        return options if options.verify_calls else dataclasses.replace(options, verify_calls=1)
+    warnings.warn("kiln: TORCHDYNAMO_REPRO_AFTER=aot writes no repro for kiln (Dynamo's after-AOT minifier drives "
+                  "Inductor's compiler); use TORCHDYNAMO_REPRO_AFTER=dynamo, level 4 at the aot level (each region "
+                  "checked against eager), or kiln.integration.bisect", stacklevel=3)
+    return options
 
 
 def explain(fn: Callable[..., Any], *args: Any, options: dict[str, Any] | KilnOptions | None = None,

@@ -36,6 +36,7 @@ from . import codegens, pipeline
 from .checked import RegionMismatchError, difference
 from .debug import DebugDump
 from .options import KilnOptions
+from .progress import Stages
 
 STAGES = ("dynamo", "aten", "decomposed", "partitioned", "reference", "generated")
 
@@ -131,7 +132,7 @@ def _bisect_graph(index: int, captured: _Captured, options: KilnOptions, checked
             stage_options = dataclasses.replace(options, codegen=codegen_name, verify_calls=1)
             selected = codegens.select(codegens.device_type(captured.example_inputs), stage_options)
             module, _ = pipeline.compile_aten(stage_graphs["aten"], stage_options, selected, DebugDump(None),
-                                              pipeline._Stages(), False)
+                                              Stages("bisect"), False)
             return module
         return build
 

@@ -2,7 +2,8 @@
 
 Environment variables are read here and nowhere else in kiln:
   KILN_DEBUG=<dir>      dump every stage's graph and the generated source under <dir>
-  KILN_CACHE_DIR=<dir>  where generated code and shared libraries are cached
+  KILN_CACHE_DIR=<dir>  where generated code, shared libraries and whole compiled graphs are cached
+  KILN_GRAPH_CACHE=0    do not load or store whole compiled graphs (the generated-code cache stays)
   KILN_VERIFY_CALLS=<n> compare each compiled region with eager on its first n calls
   KILN_FILL_UNINITIALIZED=1  fill every buffer kiln allocates with NaN before kernels write it
   KILN_SYNC_CHECKS=1    GPU kernels' run-time checks raise eager's exception at once (also set by
@@ -57,6 +58,11 @@ class KilnOptions:
     autotune: codegens that can time kernels (Triton) pick each kernel's block sizes by timing a
         few configurations on its first launch instead of by heuristics; mode="max-autotune"
         and "max-autotune-no-cudagraphs" set it.
+    graph_cache: load compiled graphs from, and store them in, the whole-graph cache on disk
+        (under cache_dir; KILN_GRAPH_CACHE=0 turns it off), so a later process skips tracing,
+        lowering and code generation. Graphs compiled with debug_dir, verify or verify_calls
+        are neither loaded nor stored.
+    graph_cache_max_bytes: the whole-graph cache's bound; least recently used entries go first.
     """
 
     debug_dir: pathlib.Path | None = None
@@ -75,6 +81,8 @@ class KilnOptions:
     round_low_precision: bool = False
     sync_checks: bool = False
     autotune: bool = False
+    graph_cache: bool = True
+    graph_cache_max_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:
         for name, kinds in _TYPES.items():
@@ -92,6 +100,8 @@ class KilnOptions:
             raise OptionsError(f"parallel_threshold must be >= 0, got {self.parallel_threshold}")
         if self.verify_calls < 0:
             raise OptionsError(f"verify_calls must be >= 0, got {self.verify_calls}")
+        if self.graph_cache_max_bytes < 0:
+            raise OptionsError(f"graph_cache_max_bytes must be >= 0, got {self.graph_cache_max_bytes}")
         if self.partitioner not in ("min_cut", "save_all"):
             raise OptionsError(f"partitioner must be 'min_cut' or 'save_all', got {self.partitioner!r}")
 
@@ -111,6 +121,8 @@ class KilnOptions:
             values["verify_calls"] = _int_variable(environ, "KILN_VERIFY_CALLS")
         if environ.get("KILN_FILL_UNINITIALIZED"):
             values["fill_uninitialized"] = _int_variable(environ, "KILN_FILL_UNINITIALIZED") != 0
+        if environ.get("KILN_GRAPH_CACHE"):
+            values["graph_cache"] = _int_variable(environ, "KILN_GRAPH_CACHE") != 0
         if environ.get("KILN_SYNC_CHECKS") or environ.get("CUDA_LAUNCH_BLOCKING") == "1":
             values["sync_checks"] = _int_variable(environ, "KILN_SYNC_CHECKS") != 0 \
                 if environ.get("KILN_SYNC_CHECKS") else True
@@ -139,7 +151,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "debug_dir": _PATH, "cache_dir": _PATH, "min_region_size": (int,), "fallback": (bool,), "verify": (bool,),
     "openmp": (bool,), "parallel_threshold": (int,), "codegen": (str, type(None)), "partitioner": (str,),
     "bias_epilogues": (bool, type(None)), "verify_calls": (int,), "fill_uninitialized": (bool,),
-    "round_low_precision": (bool,), "sync_checks": (bool,), "autotune": (bool,),
+    "round_low_precision": (bool,), "sync_checks": (bool,), "autotune": (bool,), "graph_cache": (bool,),
+    "graph_cache_max_bytes": (int,),
 }
 
 

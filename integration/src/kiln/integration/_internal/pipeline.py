@@ -8,11 +8,10 @@ recorded in the `GraphReport`.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import logging
 import operator
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -21,25 +20,16 @@ import torch.fx as fx
 from kiln import autograd_trace, capture, decomp, loopir, partition
 
 from . import codegens
-from .checked import CheckedRegion
 from .debug import DebugDump
 from .flatten import inline_regions
+from .graph_cache import open_cache
+from .graph_key import shape_guards
 from .options import KilnOptions
+from .progress import Stages
+from .regions import RegionResults, compile_regions
 from .report import FallbackNode, GraphReport
 
 log = logging.getLogger(__name__)
-
-class _Stages:
-    def __init__(self) -> None:
-        self.seconds: list[tuple[str, float]] = []
-
-    @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        yield
-        self.seconds.append((name, time.perf_counter() - start))
-        log.debug("stage %s: %.3fs", name, self.seconds[-1][1])
-
 
 def is_training(example_inputs: Sequence[Any]) -> bool:
     """Grad mode is on and some input (parameters included) requires grad."""
@@ -56,7 +46,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
     first backward call); ``compiled_autograd`` marks a backward pass compiled autograd handed over.
     """
     dump = DebugDump(options.debug_dir)
-    stages = _Stages()
+    stages = Stages(f"graph {index}")
     check = options.verify or dump.enabled
     with stages.stage("capture"):
         captured = capture.CapturedGraph.from_backend(gm, example_inputs, index=index)
@@ -64,17 +54,32 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
         dump.write("dynamo", lambda: gm.print_readable(print_output=False), ".py")
         if check:
             capture.verify(gm)
+    stages.where = location
     device = codegens.device_type(example_inputs, [n.meta.get("example_value") for n in gm.graph.nodes])
     codegen = codegens.select(device, options)
-    if is_training(example_inputs):
-        def backward_report(results: _RegionResults, backward_stages: _Stages) -> None:
+    training = is_training(example_inputs)
+    with stages.stage("cache_key"):
+        cache = open_cache(gm, example_inputs, options, codegen, device, training)
+    if cache is not None:
+        with stages.stage("cache_load"):
+            hit = cache[0].load(cache[1], gm)
+        if hit is not None:
+            report = dataclasses.replace(hit[1], index=index, location=location, stage_seconds=stages.seconds,
+                                         cached=True, compiled_autograd=compiled_autograd)
+            stages.summary("loaded from the whole-graph cache")
+            log.info("kiln: %s", report)
+            return hit[0], report
+    guards = len(shape_guards(example_inputs))
+    if training:
+        def backward_report(results: RegionResults, backward_stages: Stages) -> None:
             report = _report(index, results, backward_stages, location, training=True, backward=True)
+            backward_stages.summary()
             log.info("kiln: %s", report)
             if on_backward is not None:
                 on_backward(report)
 
         module, compiled = _compile_training(gm, example_inputs, options, codegen, dump, stages, check,
-                                             backward_report)
+                                             backward_report, lambda: Stages(f"graph {index} backward", location))
     else:
         with stages.stage("autograd_trace"):
             aten = autograd_trace.trace_inference(gm, example_inputs)
@@ -82,14 +87,17 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
             if check:
                 autograd_trace.verify(aten)
         module, compiled = compile_aten(aten, options, codegen, dump, stages, check)
-    report = _report(index, compiled, stages, location, training=is_training(example_inputs),
-                     compiled_autograd=compiled_autograd)
+    report = _report(index, compiled, stages, location, training=training, compiled_autograd=compiled_autograd)
+    if cache is not None:
+        with stages.stage("cache_store"):
+            cache[0].store(cache[1], module, report, gm, len(shape_guards(example_inputs)) - guards)
+    stages.summary()
     dump.write("report", str(report))
     log.info("kiln: %s", report)
     return module, report
 
 
-def _report(index: int, compiled: _RegionResults, stages: _Stages, location: str | None, **kind: bool
+def _report(index: int, compiled: RegionResults, stages: Stages, location: str | None, **kind: bool
             ) -> GraphReport:
     return GraphReport(
         index=index, compiled=True, reason=None,
@@ -99,19 +107,20 @@ def _report(index: int, compiled: _RegionResults, stages: _Stages, location: str
 
 
 def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
-                      codegen: codegens.Selected, dump: DebugDump, stages: _Stages, check: bool,
-                      on_backward: Callable[[_RegionResults, _Stages], None]
-                      ) -> tuple[torch.nn.Module, _RegionResults]:
+                      codegen: codegens.Selected, dump: DebugDump, stages: Stages, check: bool,
+                      on_backward: Callable[[RegionResults, Stages], None], backward_stages: Callable[[], Stages]
+                      ) -> tuple[torch.nn.Module, RegionResults]:
     """Joint forward+backward trace, partitioned; each half compiled by the inference pipeline.
 
     The forward is compiled now; the backward on the first backward call (its report goes to
     the log and the debug dump, since `explain` has returned by then)."""
-    forward = _RegionResults()
+    forward = RegionResults()
 
     def compiler(label: str):
         def compile_half(aten: fx.GraphModule, _fake_inputs: Sequence[Any]) -> torch.nn.Module:
             dump.write(f"{label}_aten", lambda: aten.print_readable(print_output=False), ".py")
-            half_stages = stages if label == "forward" else _Stages()
+            # the forward compiles inside the joint trace's stage, so its stages nest under it
+            half_stages = stages if label == "forward" else backward_stages()
             module, results = compile_aten(aten, options, codegen, dump, half_stages, check, prefix=f"{label}_")
             if label == "forward":
                 forward.merge(results)
@@ -127,7 +136,7 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
 
 
 def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected, dump: DebugDump,
-                 stages: _Stages, check: bool, prefix: str = "") -> tuple[fx.GraphModule, _RegionResults]:
+                 stages: Stages, check: bool, prefix: str = "") -> tuple[fx.GraphModule, RegionResults]:
     """decomp -> partition -> loopir -> codegen on a functional ATen graph."""
     with stages.stage(f"{prefix}decomp"):
         decomposed = decompose_graph(aten, options, codegen)
@@ -142,7 +151,7 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
         dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
         if check:
             partition.verify(parted)
-    results = _compile_regions(parted, codegen, dump, stages, check, options, prefix)
+    results = compile_regions(parted, codegen, dump, stages, check, options, prefix)
     results.fallbacks += _outside_nodes(parted, codegen, options, dtypes, lowered_ops)
     results.collectives += tuple(str(n.target) for n in parted.graph.nodes if partition.is_collective(n))
     return inline_regions(parted), results
@@ -169,73 +178,6 @@ def partition_graph(decomposed: fx.GraphModule, options: KilnOptions, codegen: c
                  & partition.supports_dtypes(dtypes) & partition.Supported(_InputDtypes(dtypes), "input dtypes")
                  & partition.Supported(_OneDevice(decomposed.graph), "tensors on the graph's device"))
     return partition.partition(decomposed, supported, min_size=options.min_region_size)
-
-
-class _RegionResults:
-    def __init__(self) -> None:
-        self.lowered: tuple[str, ...] = ()
-        self.fallbacks: tuple[FallbackNode, ...] = ()
-        self.kernels = 0
-        self.externs = 0
-        self.fusions: tuple = ()
-        self.source = ""
-        self.collectives: tuple[str, ...] = ()
-
-    def merge(self, other: _RegionResults) -> None:
-        self.lowered += other.lowered
-        self.fallbacks += other.fallbacks
-        self.kernels += other.kernels
-        self.externs += other.externs
-        self.fusions += other.fusions
-        self.collectives += other.collectives
-        self.source = "\n".join(s for s in (self.source, other.source) if s)
-
-
-def _regions(parted: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
-    called = [n.target for n in parted.graph.nodes if n.op == "call_module"]
-    return [(name, parted.get_submodule(name)) for name in called]
-
-
-def _compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: DebugDump,
-                     stages: _Stages, check: bool, options: KilnOptions, prefix: str = "") -> _RegionResults:
-    results = _RegionResults()
-    sources = []
-    plugin = codegen.codegen
-    for name, region in _regions(parted):
-        ops = tuple(str(n.target) for n in region.graph.nodes if n.op == "call_function")
-        try:
-            with stages.stage(f"{prefix}loopir:{name}"):
-                kernel_graph = loopir.lower(region, loopir.LowerOptions(
-                    options.lowerings, fuse_rows=plugin.capabilities.row_fusion,
-                    row_temporaries=plugin.capabilities.row_temporaries,
-                    round_low_precision=options.round_low_precision,
-                    recompute_cheap=plugin.capabilities.recompute_cheap,
-                    split_reductions=plugin.capabilities.split_reductions))
-                if check:
-                    loopir.verify(kernel_graph)
-                dump.write(f"{prefix}{name}_kernel_graph", kernel_graph.__str__)
-            with stages.stage(f"{prefix}codegen_{plugin.name}:{name}"):
-                module = plugin.compile(kernel_graph, codegen.options)
-                source = getattr(module.meta.get(plugin.artifacts_key), "source", "")
-                dump.write(f"{prefix}{name}_kernels", source, plugin.source_suffix)
-        except (loopir.LoweringError, NotImplementedError, *plugin.errors) as exc:
-            if not options.fallback:
-                raise
-            log.warning("kiln: region %s runs eagerly: %s", name, exc)
-            results.fallbacks += tuple(FallbackNode(n.name, str(n.target), f"region failed to compile: {exc}")
-                                       for n in region.graph.nodes if n.op == "call_function")
-            continue
-        if options.verify_calls:  # not a GraphModule: stays a call, not inlined
-            module = CheckedRegion(name, module, region, kernel_graph.kernels, options.verify_calls,
-                                   prefix.replace("_", " "))
-        setattr(parted, name, module)
-        results.lowered += ops
-        results.kernels += len(kernel_graph.kernels)
-        results.externs += len(kernel_graph.externs)
-        results.fusions += kernel_graph.decisions
-        sources.append(f"// region {name}\n{source}")
-    results.source = "\n".join(sources)
-    return results
 
 
 def _outside_nodes(parted: fx.GraphModule, codegen: codegens.Selected, options: KilnOptions,

@@ -38,6 +38,7 @@ class GraphReport:
     backward: bool = False  # the backward of a training graph, compiled on its first backward call
     compiled_autograd: bool = False  # a whole backward pass handed over by compiled autograd
     collectives: tuple[str, ...] = ()  # collective ops, run as ATen calls between regions in order
+    cached: bool = False  # loaded from the whole-graph cache (counts and source are the stored compile's)
 
     def __str__(self) -> str:
         head = f"graph {self.index}" + (f" ({self.location})" if self.location else "")
@@ -49,6 +50,8 @@ class GraphReport:
             head += " [training: forward shown, backward compiled on first backward]"
         if self.compiled_autograd:
             head += " [compiled autograd: backward pass]"
+        if self.cached:
+            head += " [loaded from the whole-graph cache]"
         lines = [f"{head}: {self.kernels} kernels, {self.externs} extern calls, "
                  f"{len(self.lowered_nodes)} ATen nodes lowered, {len(self.fallback_nodes)} fell back to eager"]
         lines += [f"  fallback: {f}" for f in self.fallback_nodes]
@@ -60,8 +63,20 @@ class GraphReport:
             kinds = collections.Counter((d.fused, d.kind) for d in self.fusions)
             lines.append("  fusion: " + ", ".join(f"{n} {'fused' if fused else 'new kernel'} ({kind})"
                                                    for (fused, kind), n in sorted(kinds.items(), reverse=True)))
-        timing = ", ".join(f"{stage} {seconds * 1000:.0f} ms" for stage, seconds in self.stage_seconds)
-        return "\n".join(lines + [f"  time: {timing}"])
+        return "\n".join(lines + [f"  time: {format_stages(self.stage_seconds)}"])
+
+
+def format_stages(stage_seconds: tuple[tuple[str, float], ...]) -> str:
+    """Stage times, a stage run inside another (``outer/inner``) in brackets after it."""
+    def render(prefix: str, depth: int) -> str:
+        items = []
+        for path, seconds in stage_seconds:
+            if path.startswith(prefix) and path.count("/") == depth:
+                inner = render(path + "/", depth + 1)
+                items.append(f"{path.rsplit('/', 1)[-1]} {seconds * 1000:.0f} ms" + (f" [{inner}]" if inner else ""))
+        return ", ".join(items)
+
+    return render("", 0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,16 +1,81 @@
-"""Calling compiled kernels: check inputs, allocate outputs, pass pointers and sizes through ctypes."""
+"""Calling compiled kernels: check inputs, allocate outputs, pass pointers and sizes through ctypes.
+
+A `CompiledKernel` pickles (for whole-graph caches such as kiln.integration's): it keeps what a
+call needs of its loopir `Kernel` as a `KernelSignature` (the loop bodies, which hold closures,
+are not needed to run it) and the path of its shared library, which unpickling re-opens only
+after checking it against its recorded size and checksum (`ArtifactCache.verified`) in a
+directory private to this user; a library that is gone or damaged raises `LibraryUnavailable`.
+"""
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import pathlib
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import sympy
 import torch
 
-from kiln.loopir import Kernel, fill_requested, fill_uninitialized
-from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check, scatter_bases
+from kiln.loopir import BufferSpec, Kernel, fill_requested, fill_uninitialized
+from kiln.loopir.codegen import (
+    ArtifactCache,
+    ArtifactCacheError,
+    CheckSite,
+    SizeFunction,
+    raise_failed_check,
+    scatter_bases,
+)
+
+
+class LibraryUnavailable(RuntimeError):
+    """A pickled kernel's shared library is missing, damaged or in an unsafe directory."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelSignature:
+    """What calling a compiled kernel needs of its loopir `Kernel`: its name, the buffers it reads
+    and writes, its size symbols and which input each scatter output starts as a copy of."""
+
+    name: str
+    inputs: tuple[BufferSpec, ...]
+    outputs: tuple[BufferSpec, ...]
+    symbols: tuple[sympy.Symbol, ...]
+    scatter_bases: tuple[tuple[int, int], ...]
+
+    @staticmethod
+    def of(kernel: Kernel | KernelSignature) -> KernelSignature:
+        if isinstance(kernel, KernelSignature):
+            return kernel
+        return KernelSignature(kernel.name, tuple(kernel.inputs), tuple(kernel.outputs), tuple(kernel.symbols),
+                               scatter_bases(kernel))
+
+
+_opened: dict[str, ctypes.CDLL] = {}  # libraries re-opened by unpickling, verified once per process
+_opening = threading.Lock()
+
+
+def _reopen_library(path: str) -> ctypes.CDLL:
+    with _opening:
+        if path not in _opened:
+            library = pathlib.Path(path)
+            cache = ArtifactCache(library.parent)
+            try:
+                cache.ensure_directory(library.parent)
+            except (OSError, ArtifactCacheError) as exc:
+                raise LibraryUnavailable(f"{library}: {exc}") from exc
+            if not library.exists() or not cache.verified(library):
+                raise LibraryUnavailable(f"compiled kernel library {library} is missing or does not match its "
+                                         "recorded size and checksum")
+            _opened[path] = ctypes.CDLL(path)
+        return _opened[path]
+
+
+def _unpickle_kernel(signature: KernelSignature, library_path: str, check_inputs: bool,
+                     checks: tuple[CheckSite, ...], fill: bool) -> CompiledKernel:
+    return CompiledKernel(signature, _reopen_library(library_path), check_inputs, checks, fill)
 
 
 class _InputLayouts:
@@ -21,7 +86,7 @@ class _InputLayouts:
     that mentions it is checked against the same value.
     """
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: Kernel | KernelSignature) -> None:
         self.kernel = kernel
         extra: dict[sympy.Symbol, tuple[int, int, str]] = {}
         for pos, spec in enumerate(kernel.inputs):
@@ -78,14 +143,19 @@ def _show(values: Sequence[Any]) -> str:
 
 
 class CompiledKernel:
-    """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, running generated C++."""
+    """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, running generated C++.
 
-    def __init__(self, kernel: Kernel, library: ctypes.CDLL, check_inputs: bool,
+    `kernel` is the loopir `Kernel` it was generated from, or only its `KernelSignature` once
+    unpickled (see the module docstring)."""
+
+    def __init__(self, kernel: Kernel | KernelSignature, library: ctypes.CDLL, check_inputs: bool,
                  checks: Sequence[CheckSite] = (), fill: bool = False) -> None:
         self.__name__ = kernel.name
         self.fill = fill  # CppOptions.fill_uninitialized
         self.kernel = kernel
         self.checks = tuple(checks)  # run-time checks: the function then takes an int32_t* status
+        self._library_path = library._name
+        self._check_inputs = check_inputs
         self._function = getattr(library, kernel.name)
         n_ptrs = len(kernel.inputs) + len(kernel.outputs)
         status = [ctypes.POINTER(ctypes.c_int32)] if self.checks else []
@@ -95,7 +165,11 @@ class CompiledKernel:
         self._output_layouts = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs]
                                             + [o.stride for o in kernel.outputs])
         self._layouts = _InputLayouts(kernel) if check_inputs else None
-        self._scatter_bases = scatter_bases(kernel)
+        self._scatter_bases = KernelSignature.of(kernel).scatter_bases
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unpickle_kernel, (KernelSignature.of(self.kernel), self._library_path, self._check_inputs,
+                                   self.checks, self.fill))
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
         n_in = len(self.kernel.inputs)

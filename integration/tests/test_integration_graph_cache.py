@@ -1,0 +1,183 @@
+"""The whole-graph compiled-artifact cache: a fresh process loads, a damaged entry is rebuilt,
+the key changes with what the code depends on, LRU eviction, the CLI, and compile progress."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kiln.integration import KilnOptions, explain
+from kiln.integration.__main__ import main as cli
+from kiln.integration._internal import codegens, progress
+from kiln.integration._internal.graph_cache import GraphCache, cache_root
+from kiln.integration._internal.graph_key import graph_key
+
+sys.path.insert(0, os.path.dirname(__file__))
+import graph_cache_runs  # noqa: E402
+
+
+def _entries(cache_dir) -> list:
+    return sorted((cache_root(KilnOptions(cache_dir=cache_dir))).glob("*.pkl"))
+
+
+def test_a_fresh_process_loads_the_compiled_graph(tmp_path):
+    cold = graph_cache_runs.run(str(tmp_path))
+    assert [(r.cached, r.kernels > 0) for r in cold["reports"]] == [(False, True)]
+    assert cold["kernel_calls"] > 0 and len(_entries(tmp_path)) == 1
+    out = tmp_path / "warm.pt"
+    script = os.path.join(os.path.dirname(__file__), "graph_cache_runs.py")
+    done = subprocess.run([sys.executable, script, str(tmp_path), str(out)], capture_output=True, text=True,
+                          env=dict(os.environ, KILN_GRAPH_CACHE="0"))  # the option, not the environment, decides
+    assert done.returncode == 0, done.stderr[-3000:]
+    warm = torch.load(out, weights_only=False)
+    ((cached, kernels, stages),) = warm["reports"]
+    assert cached and kernels == cold["reports"][0].kernels
+    assert not any(s.endswith(("decomp", "autograd_trace")) or "codegen" in s for s in stages)  # nothing retraced
+    assert warm["kernel_calls"] == cold["kernel_calls"]  # generated kernels run (fallback=False)
+    for got, expected in zip(warm["outputs"], graph_cache_runs.workload(*graph_cache_runs.inputs())):
+        torch.testing.assert_close(got, expected)
+    for got, first in zip(warm["outputs"], cold["outputs"]):
+        assert torch.equal(got, first)
+
+
+def test_a_damaged_entry_is_rebuilt(tmp_path, caplog):
+    graph_cache_runs.run(str(tmp_path))
+    (entry,) = _entries(tmp_path)
+    good = entry.read_bytes()
+    entry.write_bytes(good[: len(good) // 2])
+    with caplog.at_level(logging.WARNING):
+        rebuilt = graph_cache_runs.run(str(tmp_path))
+    assert "rebuilding it" in caplog.text and str(entry) in caplog.text
+    assert not rebuilt["reports"][0].cached and rebuilt["kernel_calls"] > 0
+    assert GraphCache(entry.parent, 1 << 30).files.verified(entry)  # stored again, whole
+    hit = graph_cache_runs.run(str(tmp_path))
+    assert hit["reports"][0].cached
+    torch.testing.assert_close(hit["outputs"], rebuilt["outputs"])
+
+
+def test_an_entry_whose_kernel_library_is_damaged_is_rebuilt(tmp_path, caplog, monkeypatch):
+    from kiln.codegen_cpp._internal import runtime
+
+    first = graph_cache_runs.run(str(tmp_path))
+    (library,) = (tmp_path / "cpp").glob("*/kernels.so")
+    garbage = library.with_name("garbage")
+    garbage.write_bytes(b"\0" * 64)
+    os.replace(garbage, library)  # a new file: the library this process has open stays intact
+    monkeypatch.setattr(runtime, "_opened", {})  # as in a fresh process: nothing opened yet
+    with caplog.at_level(logging.WARNING):
+        rebuilt = graph_cache_runs.run(str(tmp_path))
+    assert "cannot be loaded" in caplog.text and "LibraryUnavailable" in caplog.text
+    assert not rebuilt["reports"][0].cached and rebuilt["kernel_calls"] > 0
+    torch.testing.assert_close(rebuilt["outputs"], first["outputs"])
+
+
+def _captured(fn, *args):
+    graphs = []
+
+    def recorder(gm, example_inputs):
+        graphs.append((gm, example_inputs))
+        return gm
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(fn, backend=recorder)(*args)
+    (graph,) = graphs
+    return graph
+
+
+def _key(graph, options=None, parts=False):
+    resolved = KilnOptions.create(options)
+    key = graph_key(*graph, resolved, codegens.select("cpu", resolved))
+    return key.parts if parts else key.digest
+
+
+def test_the_key_changes_with_dtype_shape_strides_grad_and_options():
+    def fn(x):
+        return torch.relu(x) * 2
+
+    base = _captured(fn, torch.randn(4, 8))
+    assert _key(base, parts=True) == _key(_captured(fn, torch.randn(4, 8)), parts=True)  # the same graph
+    variants = {
+        "dtype": _key(_captured(fn, torch.randn(4, 8, dtype=torch.float64))),
+        "shape": _key(_captured(fn, torch.randn(4, 9))),
+        "strides": _key(_captured(fn, torch.randn(8, 4).t())),
+        "option": _key(base, {"parallel_threshold": 7}),
+        "codegen": _key(base, {"codegen": "reference"}),
+        "graph": _key(_captured(lambda x: torch.relu(x) * 3, torch.randn(4, 8))),
+    }
+    assert len({_key(base), *variants.values()}) == len(variants) + 1, variants
+    assert _key(base, {"cache_dir": "/elsewhere", "graph_cache_max_bytes": 5}) == _key(base)  # storage knobs
+
+
+def test_training_and_debug_graphs_are_not_cached_and_say_why(tmp_path, caplog):
+    linear = torch.nn.Linear(8, 4)
+    with caplog.at_level(logging.DEBUG, logger="kiln.integration"):
+        report = explain(lambda x: linear(x).relu().sum(), torch.randn(2, 8),
+                         options={"fallback": False, "cache_dir": str(tmp_path), "graph_cache": True})
+    assert report.kernel_count > 0 and not report.graphs[0].cached
+    assert "training graphs are not cached yet" in caplog.text and not _entries(tmp_path)
+    names = [name for name, _ in report.graphs[0].stage_seconds]
+    # the forward compiles inside the joint trace: its stages nest under it
+    assert "autograd_trace" in names and "autograd_trace/forward_decomp" in names
+    assert "forward_decomp [" not in str(report) and "autograd_trace" in str(report).split("time:")[1]
+
+
+def test_long_compiles_log_each_stage_and_a_summary(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(progress, "PROGRESS_AFTER_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="kiln.integration.progress"):
+        graph_cache_runs.run(str(tmp_path))
+    lines = [r.getMessage() for r in caplog.records if r.name == "kiln.integration.progress"]
+    assert "is taking a while; stages so far: capture" in lines[0]
+    assert any("codegen_cpu" in line for line in lines[1:])
+    assert "compiled in" in lines[-1] and "codegen_cpu" in lines[-1] and "decomp" in lines[-1]
+
+
+def test_lru_eviction_info_and_clear(tmp_path, capsys):
+    cache = GraphCache(tmp_path / "graphs", max_bytes=2500)
+    cache.files.ensure_directory()
+    for age, name in enumerate(["old", "middle", "new"]):
+        path = cache.directory / f"{name}.pkl"
+        cache.files.write(path, b"x" * 1000)
+        os.utime(path, (1000 + age, 1000 + age))
+    assert [p.name for p in cache.evict()] == ["old.pkl"]
+    assert sorted(p.name for p, _, _ in cache.entries()) == ["middle.pkl", "new.pkl"]
+    assert cli(["cache", "info", "--cache-dir", str(tmp_path)]) == 0
+    assert "2 entries" in capsys.readouterr().out
+    assert cli(["cache", "clear", "--cache-dir", str(tmp_path)]) == 0
+    assert "removed 2 entries" in capsys.readouterr().out and not list(cache.directory.iterdir())
+
+
+@pytest.mark.parametrize("value", ["0", "1"])
+def test_graph_cache_environment_variable(value):
+    assert KilnOptions.create(environ={"KILN_GRAPH_CACHE": value}).graph_cache is (value == "1")
+
+
+def test_concurrent_stores_of_one_key_leave_a_whole_entry(tmp_path):
+    """Writers of the same entry at once (threads here; processes alike: unique temporaries,
+    then an atomic rename) leave an entry that verifies and loads; ATen ops pickle by name."""
+    import threading
+
+    from kiln.integration import GraphReport
+    from kiln.integration._internal.graph_key import GraphKey
+
+    def aten_only(x):
+        return torch.ops.aten.mul.Tensor(torch.ops.aten.add.Tensor(x, 1), x)
+
+    module = torch.fx.symbolic_trace(aten_only)
+    report = GraphReport(0, True, None, ("aten.add.Tensor",), (), 0, 0, "", ())
+    cache = GraphCache(tmp_path / "graphs", 1 << 20)
+    key = GraphKey("0" * 32, (("graph", "g"),))
+    writers = [threading.Thread(target=cache.store, args=(key, module, report, module)) for _ in range(4)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    loaded, loaded_report = cache.load(key, module)
+    x = torch.randn(3)
+    torch.testing.assert_close(loaded(x), aten_only(x))
+    assert loaded_report == report and [p.name for p, _, _ in cache.entries()] == [f"{'0' * 32}.pkl"]

@@ -1,0 +1,140 @@
+"""Time to the first call's result, in fresh processes: Dynamo alone, Inductor and kiln, cold and warm.
+
+    python tools/warm_start.py [--models bert gpt2] [--repeat 3] [--configs eager inductor kiln]
+
+Each measurement is one new Python process that builds a Hugging Face model from a config
+(random weights, nothing downloaded), compiles it with `torch.compile` and times its first call
+under `torch.no_grad()` (CPU inference; importing torch and transformers and building the model
+are not timed, importing kiln is: `backend="kiln"` imports it on the first call). "cold"
+runs start with an empty cache directory (kiln's KILN_CACHE_DIR, Inductor's
+TORCHINDUCTOR_CACHE_DIR); "warm" runs a second process on the directory the cold one filled.
+Prints medians over `--repeat` rounds, then kiln's per-stage times (median of each stage's
+total, regions added up, for the cold and the warm runs). `--configs kiln` leaves Dynamo and
+Inductor out; `--before DIR` also runs kiln from another checkout (e.g. `git worktree add DIR
+main`) as "kiln-before", interleaved with the others, for a before/after comparison under the
+same load. On a shared machine the figures are noisy: label them so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODELS = ("bert", "gpt2")
+
+
+def build_model(name: str):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    if name == "bert":  # 4 layers, d128, 2 heads, input 2x64
+        config = transformers.BertConfig(hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
+                                         intermediate_size=512, vocab_size=8192)
+        model = transformers.BertModel(config)
+    elif name == "gpt2":  # 4 layers, d256, 4 heads, input 2x64
+        config = transformers.GPT2Config(n_embd=256, n_layer=4, n_head=4, vocab_size=8192, bos_token_id=0,
+                                         eos_token_id=0)
+        model = transformers.GPT2Model(config)
+    else:
+        raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
+    ids = torch.randint(0, 8192, (2, 64))
+    return model.eval(), ids
+
+
+def child(config: str, model_name: str) -> None:
+    """One measurement: prints a JSON line with the first call's seconds (and kiln's stages)."""
+    import torch
+
+    model, ids = build_model(model_name)
+    reports = []
+    start = time.perf_counter()
+    if config == "kiln":  # timed: backend="kiln" imports kiln on the first call
+        from kiln.integration import KilnOptions
+        from kiln.integration._internal.backend import _compile
+
+        options = KilnOptions.create({"fallback": False})
+
+        def backend(gm, example_inputs):
+            return _compile(gm, example_inputs, options, reports.append)
+    else:
+        backend = config
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        out = compiled(ids).last_hidden_state
+        seconds = time.perf_counter() - start
+        expected = model(ids).last_hidden_state
+    error = float((out - expected).abs().max())
+    stages: dict[str, float] = collections.defaultdict(float)
+    for report in reports:
+        for stage, spent in report.stage_seconds:
+            stages[stage.split(":")[0]] += spent
+    print(json.dumps({"seconds": seconds, "error": error, "graphs": len(reports),
+                      "kernels": sum(r.kernels for r in reports), "stages": stages}))
+
+
+def source_path(tree: pathlib.Path) -> str:
+    """PYTHONPATH running kiln from the checkout `tree` (each package's src, then integration's)."""
+    return os.pathsep.join([*(str(p) for p in sorted((tree / "packages").glob("*/src"))), str(tree / "integration" / "src")])
+
+
+def measure(config: str, model_name: str, cache: pathlib.Path, before: pathlib.Path | None = None) -> dict:
+    env = dict(os.environ, KILN_CACHE_DIR=str(cache / "kiln"), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+               TRITON_CACHE_DIR=str(cache / "triton"), PYTHONHASHSEED="0")
+    if config == "kiln-before":
+        env["PYTHONPATH"] = source_path(before)
+    done = subprocess.run([sys.executable, __file__, "--child", config.removesuffix("-before"), model_name], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{config} {model_name} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--configs", nargs="+", default=["eager", "inductor", "kiln"],
+                        choices=["eager", "inductor", "kiln"])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", type=pathlib.Path, help="another checkout whose kiln runs as kiln-before")
+    parser.add_argument("--child", nargs=2, metavar=("CONFIG", "MODEL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    rows = []
+    for model_name in args.models:
+        times: dict[str, list[float]] = collections.defaultdict(list)
+        stages: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+        configs = args.configs + (["kiln-before"] if args.before else [])
+        for _ in range(args.repeat):
+            for config in configs:
+                with tempfile.TemporaryDirectory(prefix="kiln-warm-start-") as scratch:
+                    for temperature in ("cold", "warm") if config != "eager" else ("",):
+                        result = measure(config, model_name, pathlib.Path(scratch), args.before)
+                        label = f"{config} {temperature}".strip()
+                        times[label].append(result["seconds"])
+                        for stage, spent in result["stages"].items():
+                            stages[(f"{config} {temperature}", stage)].append(spent)
+                        if result["error"] > 1e-3:
+                            print(f"warning: {label} {model_name} differs from eager by {result['error']:.2e}")
+        for label, values in times.items():
+            rows.append((model_name, label, statistics.median(values), min(values), max(values)))
+        for (label, stage), values in sorted(stages.items()):
+            rows.append((model_name, f"  {label} stage {stage}", statistics.median(values), min(values), max(values)))
+    print(f"first call, fresh processes, medians of {args.repeat} (seconds)")
+    print("| model | what | median | min | max |\n|---|---|---|---|---|")
+    for model_name, label, median, low, high in rows:
+        print(f"| {model_name} | {label} | {median:.2f} | {low:.2f} | {high:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
