@@ -62,8 +62,11 @@ class CppOptions:
     # -fwrapv: signed integer overflow wraps, as in eager, instead of being undefined behaviour.
     # -fno-trapping-math: GCC may if-convert float compares in scalar loops (no FP exceptions are
     # observed), so a relu does not keep a loop from vectorizing.
+    # -ffp-contract=off: each multiply and add rounds as eager's do; GCC's default (fast) fuses
+    # `a * b - c` into one fma, so `x - mean(x)` over a row of one element was not 0 (the
+    # fuzzer's layer_norm(rms_norm(x)) on 8x1). kiln's vector math calls fma explicitly.
     flags: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
-                              "-std=c++17")
+                              "-ffp-contract=off", "-std=c++17")
     openmp: bool = True
     parallel_threshold: int = 32768
     check_strides: bool = True
