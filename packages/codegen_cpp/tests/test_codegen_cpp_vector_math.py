@@ -37,6 +37,11 @@ SPECIAL_EXPONENTS = [0.0, -0.0, 1.0, -1.0, 2.0, 3.0, -3.0, 0.5, -0.5, 2.5, 1e10,
 # with FMA; without (the `a * b + c` path of kiln::fma); and, on an AVX-512 host, without
 # AVX-512 (the portable paths that vscalefps/vgetexpps/vgetmantps replace there)
 FMA = {"fma": (), "no-fma": ("-mno-fma",), "no-avx512": ("-mno-avx512f",)}
+# Where the `a * b + c` path (no FMA) is looser. Measured since CppOptions.flags carry
+# -ffp-contract=off: before, GCC fused `a * b + c` with AVX-512's FMA even under -mno-fma, so on
+# an AVX-512 host this path was never compiled unfused (float64 sigmoid: 4 ulp at x = -36.8,
+# the unfused exp(36.8) polynomial's error carried through 1 / (1 + e)).
+NO_FMA_BOUNDS = {("sigmoid", torch.float64): 4}
 
 
 def _ordered(t: torch.Tensor) -> torch.Tensor:
@@ -103,6 +108,8 @@ def test_vector_math_within_its_ulp_bound(tmp_path, dtype, fma):
         assert f"kiln::{name}(tmp" in source
         errors[name] = _max_ulp(got, _reference(FUNCTIONS[name][0], dtype, x), x)
     bounds = {n: FUNCTIONS[n][2 if dtype == torch.float32 else 3] for n in names}
+    if fma == "no-fma":
+        bounds.update({n: b for (n, d), b in NO_FMA_BOUNDS.items() if d == dtype})
     print(f"ulp errors ({dtype}, {fma}): {errors}")
     assert _within(errors, bounds), (errors, bounds)
 

@@ -34,8 +34,9 @@ log1p      1        4        float32: log(u) + c / u, u = 1 + x, c its rounding 
                              (Fast2Sum); float64: log(1 + x) * x / ((1 + x) - 1)
 tanh       2        3        float32: -d / (2 + d), d = expm1(-2|x|) = p 2^n + (2^n - 1)
                              (exp's polynomial p, n <= 0); float64: expm1(2|x|) / (expm1(2|x|) + 2); sign restored
-sigmoid    2        2        float32: e / (1 + e) or 1 / (1 + e), e = exp(-|x|) (denormal
-                             results kept); float64: 1 / (1 + exp(-x)), as eager
+sigmoid    2        2 (4)    float32: e / (1 + e) or 1 / (1 + e), e = exp(-|x|) (denormal
+                             results kept); float64: 1 / (1 + exp(-x)), as eager; (4): without
+                             FMA (unfused exp polynomial)
 erf        2        scalar   float32: x Q_i(|x| - c_i) on 8 intervals of width 0.5 in [0, 4),
                              Q_i degree-6 fits of erf(x)/x whose coefficients each lane
                              picks with a register permute (vpermps); +-1 beyond 3.93
