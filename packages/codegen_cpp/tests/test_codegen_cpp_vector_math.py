@@ -11,6 +11,7 @@ float64.
 from __future__ import annotations
 
 import math
+import subprocess
 
 import pytest
 import torch
@@ -133,3 +134,23 @@ def test_float64_erf_stays_scalar_and_says_why(tmp_path):
     module = _compile(torch.erf, (x,), tmp_path, "fma")
     assert "// scalar loop: not vectorized: erf of torch.float64" in module.meta["kiln_cpp"].source
     torch.testing.assert_close(module(x), torch.erf(x))
+
+
+def _avx512_host() -> bool:
+    try:
+        return "avx512f" in open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _avx512_host(), reason="reads x86 AVX-512 assembly")
+def test_float32_log1p_divides_without_a_division_instruction_on_avx512():
+    """log1p's c / u term is vrcp14ps and a corrected quotient (its bound: the sweep above), not a
+    vdivps (5-16 cycles of throughput per vector, unpipelined): read in the kernel's assembly."""
+    options = codegen_cpp.CppOptions(vectorize=True, openmp=False)
+    source = codegen_cpp.generate(loopir.lower(make_fx(torch.log1p)(torch.randn(64, 1024))), options)
+    assembly = subprocess.run([options.compiler, *options.flags, "-fopenmp-simd", "-S", "-o", "-", "-x", "c++", "-"],
+                              input=source, capture_output=True, text=True, check=True).stdout
+    kernel = assembly[assembly.index("kernel0:"):]
+    kernel = kernel[:kernel.index(".cfi_endproc")]
+    assert "vrcp14ps" in kernel and "vdivps" not in kernel
