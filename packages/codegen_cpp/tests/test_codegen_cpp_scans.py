@@ -110,3 +110,15 @@ def test_long_scans_over_few_rows_generate_the_parallel_path(cpp):
         options = {} if x.shape[0] != 2 else {"openmp": False}
         source = cpp.with_options(**options).build(fn, x).source
         assert "two passes over chunks" not in source
+
+
+def test_chunked_scans_of_other_dtypes_and_dynamic_sizes(cpp_parallel, threads):
+    """bfloat16 (stored rounded, accumulated in double), int64 and bool (exact), and sizes
+    known only at run time: one library, chunked or serial as each call's sizes say."""
+    x = torch.randn(2, 2 * MIN_CHUNK + 3)
+    cpp_parallel.check(lambda x: x.bfloat16().cumsum(1), x, rtol=7.9e-3, atol=1e-5)  # one bfloat16 ulp
+    cpp_parallel.check(lambda x: ((x * 10).long().cumsum(1), (x > 0).cumsum(1)), x, rtol=0, atol=0)
+    calls = [(torch.randn(3, 4 * MIN_CHUNK + 1),), (torch.randn(1, 3),), (torch.randn(5, 2 * MIN_CHUNK),)]
+    compiled = cpp_parallel.check(lambda x: (x.cumsum(1), *torch.cummin(x.round(), 1)), x, tracing_mode="symbolic",
+                                  calls=calls, **FLOAT32)
+    assert "two passes over chunks" in compiled.source

@@ -70,8 +70,8 @@ def parallel_scan_lines(kernel: Kernel, options: CppOptions) -> list[str]:
     state = walker.handler.scan_state
     if walker.handler.checks or state is None:  # run-time checks: the serial loop folds kiln_fail
         return []
-    skipped = {*state.result_lines()}
-    fold_body = [line for line in body if not line.startswith(f"out_{node.name}[") and line not in skipped]
+    # pass 1 stores nothing (what uses the result at each step is then dead code, removed)
+    fold_body = [line for line in body if not line.startswith(f"out_{node.name}[")]
     rows = " * ".join(f"({cpp_expr(e)})" for e in kernel.ranges) or "1"
     lines = ["{",
              "    // a long scan over few rows: two passes over chunks of the scanned dim, in parallel",
