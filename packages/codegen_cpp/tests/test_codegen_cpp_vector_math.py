@@ -154,3 +154,15 @@ def test_float32_log1p_divides_without_a_division_instruction_on_avx512():
     kernel = assembly[assembly.index("kernel0:"):]
     kernel = kernel[:kernel.index(".cfi_endproc")]
     assert "vrcp14ps" in kernel and "vdivps" not in kernel
+
+
+@pytest.mark.parametrize("width", [32, 16, 4])
+def test_float32_log1p_within_its_bound_at_narrower_widths(tmp_path, width):
+    """The ulp test above runs the host's widest vectors; AVX-512VL's 32- and 16-byte
+    reciprocals (and a single lane's division) go through `quotient` too."""
+    x = _sweep(torch.float32, FUNCTIONS["log1p"][1])
+    flags = (*codegen_cpp.CppOptions().flags, f"-DKILN_VECTOR_BYTES={width}")
+    module = codegen_cpp.compile(loopir.lower(make_fx(torch.log1p)(x)),
+                                 codegen_cpp.CppOptions(cache_dir=tmp_path, vectorize=True, flags=flags))
+    assert _within({"log1p": _max_ulp(module(x), _reference(torch.log1p, torch.float32, x), x)},
+                   {"log1p": FUNCTIONS["log1p"][2]})

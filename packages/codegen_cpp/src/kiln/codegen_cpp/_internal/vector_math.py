@@ -211,12 +211,14 @@ static inline vf32 quotient(vf32 c, vf32 u) {
 #elif defined(__AVX512VL__) && KILN_VECTOR_BYTES == 16
     vf32 r = (vf32)_mm_rcp14_ps((__m128)u);
 #else
+#define KILN_DIVIDES
     return c / u;
 #endif
-#if defined(__AVX512F__) && (KILN_VECTOR_BYTES == 64 || (defined(__AVX512VL__) && KILN_VECTOR_BYTES <= 32))
+#ifndef KILN_DIVIDES
     vf32 q = c * r;
     return fma(r, fma(-u, q, c), q);
 #endif
+#undef KILN_DIVIDES
 }
 // log1p(x) = log(u) + c / u, u = 1 + x rounded and c = 1 + x - u its rounding error (exact:
 // Fast2Sum, the larger operand first). |c / u| <= 2^-24 and at most the result's size (all of
