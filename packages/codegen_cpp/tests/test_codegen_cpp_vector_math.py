@@ -11,6 +11,7 @@ float64.
 from __future__ import annotations
 
 import math
+import subprocess
 
 import pytest
 import torch
@@ -37,6 +38,11 @@ SPECIAL_EXPONENTS = [0.0, -0.0, 1.0, -1.0, 2.0, 3.0, -3.0, 0.5, -0.5, 2.5, 1e10,
 # with FMA; without (the `a * b + c` path of kiln::fma); and, on an AVX-512 host, without
 # AVX-512 (the portable paths that vscalefps/vgetexpps/vgetmantps replace there)
 FMA = {"fma": (), "no-fma": ("-mno-fma",), "no-avx512": ("-mno-avx512f",)}
+# Where the `a * b + c` path (no FMA) is looser. Measured since CppOptions.flags carry
+# -ffp-contract=off: before, GCC fused `a * b + c` with AVX-512's FMA even under -mno-fma, so on
+# an AVX-512 host this path was never compiled unfused (float64 sigmoid: 4 ulp at x = -36.8,
+# the unfused exp(36.8) polynomial's error carried through 1 / (1 + e)).
+NO_FMA_BOUNDS = {("sigmoid", torch.float64): 4}
 
 
 def _ordered(t: torch.Tensor) -> torch.Tensor:
@@ -103,6 +109,8 @@ def test_vector_math_within_its_ulp_bound(tmp_path, dtype, fma):
         assert f"kiln::{name}(tmp" in source
         errors[name] = _max_ulp(got, _reference(FUNCTIONS[name][0], dtype, x), x)
     bounds = {n: FUNCTIONS[n][2 if dtype == torch.float32 else 3] for n in names}
+    if fma == "no-fma":
+        bounds.update({n: b for (n, d), b in NO_FMA_BOUNDS.items() if d == dtype})
     print(f"ulp errors ({dtype}, {fma}): {errors}")
     assert _within(errors, bounds), (errors, bounds)
 
@@ -126,3 +134,35 @@ def test_float64_erf_stays_scalar_and_says_why(tmp_path):
     module = _compile(torch.erf, (x,), tmp_path, "fma")
     assert "// scalar loop: not vectorized: erf of torch.float64" in module.meta["kiln_cpp"].source
     torch.testing.assert_close(module(x), torch.erf(x))
+
+
+def _avx512_host() -> bool:
+    try:
+        return "avx512f" in open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _avx512_host(), reason="reads x86 AVX-512 assembly")
+def test_float32_log1p_divides_without_a_division_instruction_on_avx512():
+    """log1p's c / u term is vrcp14ps and a corrected quotient (its bound: the sweep above), not a
+    vdivps (5-16 cycles of throughput per vector, unpipelined): read in the kernel's assembly."""
+    options = codegen_cpp.CppOptions(vectorize=True, openmp=False)
+    source = codegen_cpp.generate(loopir.lower(make_fx(torch.log1p)(torch.randn(64, 1024))), options)
+    assembly = subprocess.run([options.compiler, *options.flags, "-fopenmp-simd", "-S", "-o", "-", "-x", "c++", "-"],
+                              input=source, capture_output=True, text=True, check=True).stdout
+    kernel = assembly[assembly.index("kernel0:"):]
+    kernel = kernel[:kernel.index(".cfi_endproc")]
+    assert "vrcp14ps" in kernel and "vdivps" not in kernel
+
+
+@pytest.mark.parametrize("width", [32, 16, 4])
+def test_float32_log1p_within_its_bound_at_narrower_widths(tmp_path, width):
+    """The ulp test above runs the host's widest vectors; AVX-512VL's 32- and 16-byte
+    reciprocals (and a single lane's division) go through `quotient` too."""
+    x = _sweep(torch.float32, FUNCTIONS["log1p"][1])
+    flags = (*codegen_cpp.CppOptions().flags, f"-DKILN_VECTOR_BYTES={width}")
+    module = codegen_cpp.compile(loopir.lower(make_fx(torch.log1p)(x)),
+                                 codegen_cpp.CppOptions(cache_dir=tmp_path, vectorize=True, flags=flags))
+    assert _within({"log1p": _max_ulp(module(x), _reference(torch.log1p, torch.float32, x), x)},
+                   {"log1p": FUNCTIONS["log1p"][2]})

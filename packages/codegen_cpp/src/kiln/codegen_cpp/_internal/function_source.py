@@ -22,6 +22,7 @@ from . import random_source, scan_source
 from .kernel_source import PRELUDE, CppHandler, c_type, storage_type
 from .low_precision import VECTOR_CONVERSIONS
 from .options import CppOptions
+from .parallel_scan_source import parallel_scan_lines
 from .printer import cpp_expr
 from .reduction_source import reduction_lines
 from .vector_layer import VECTOR_LAYER
@@ -266,6 +267,7 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     lines = _signature(kernel, bool(handler.checks))
     if why_scalar:
         lines.append(f"    // scalar loop: {why_scalar}")
+    lines += indent(parallel_scan_lines(kernel, options), 1)  # returns when it ran
     if handler.checks:
         lines.append(f"    int32_t kiln_fail = 0;  // the failed run-time check (1..{len(handler.checks)}), 0: none")
     depth = 1

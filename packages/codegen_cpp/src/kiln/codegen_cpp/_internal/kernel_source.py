@@ -30,7 +30,7 @@ from .low_precision import (
 from .options import CppCodegenError
 from .printer import cpp_expr
 from .reduction_source import PendingReduction, start_reduction
-from .scan_source import scan_statements
+from .scan_source import ScanState, scan_state, scan_statements
 from .scatter_source import scatter_statement
 
 # The C++ type values of each dtype are computed in (bfloat16/float16: float, see low_precision.py).
@@ -234,6 +234,7 @@ class CppHandler(TextHandler):
         super().__init__(kernel)
         self.pending_reduction: PendingReduction | None = None
         self.scan_init: list[str] = []  # a scan's running value, declared before its loop
+        self.scan_state: ScanState | None = None  # the scan's state, once its body ran
         self.unsafe_indirect: dict[sympy.Symbol, str] = {}  # index into a maybe-empty dim -> its outside flag
         self.row_offset = _row_offset(kernel)  # a row temporary's place in its scratch row
         self._indirect_count = 0
@@ -277,9 +278,10 @@ class CppHandler(TextHandler):
     def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
         """The running value of a `Scan` at this step; its declaration goes before the scan's
         loop (`scan_init`, see `scan_source.py`)."""
-        self.scan_init, update, result = scan_statements(name, scan_type, c_type(dtype), value)
-        self.lines.extend(update)
-        return result
+        self.scan_state = scan_state(name, scan_type, c_type(dtype))
+        self.scan_init = self.scan_state.declarations()
+        self.lines.extend(scan_statements(self.scan_state, value))
+        return self.scan_state.result
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
         """Close the reduction's loop body; statements emitted after this run after its loops."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import pathlib
 
@@ -62,8 +63,11 @@ class CppOptions:
     # -fwrapv: signed integer overflow wraps, as in eager, instead of being undefined behaviour.
     # -fno-trapping-math: GCC may if-convert float compares in scalar loops (no FP exceptions are
     # observed), so a relu does not keep a loop from vectorizing.
+    # -ffp-contract=off: each multiply and add rounds as eager's do; GCC's default (fast) fuses
+    # `a * b - c` into one fma, so `x - mean(x)` over a row of one element was not 0 (the
+    # fuzzer's layer_norm(rms_norm(x)) on 8x1). kiln's vector math calls fma explicitly.
     flags: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
-                              "-std=c++17")
+                              "-ffp-contract=off", "-std=c++17")
     openmp: bool = True
     parallel_threshold: int = 32768
     check_strides: bool = True
@@ -72,8 +76,36 @@ class CppOptions:
     fill_uninitialized: bool = False
 
     def __post_init__(self) -> None:
+        """Every field checked when the options are built (not when a kernel first compares
+        with one): a wrong type raises TypeError, a wrong value ValueError, each naming the
+        option and what it accepts."""
+        for name, (kinds, wanted) in _TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise TypeError(f"CppOptions.{name} must be {wanted}, got {value!r} ({type(value).__name__})")
         object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))
+        object.__setattr__(self, "parallel_threshold", int(self.parallel_threshold))
         if self.parallel_threshold < 0:
-            raise ValueError(f"parallel_threshold must be >= 0, got {self.parallel_threshold}")
-        if not isinstance(self.flags, tuple):
-            raise TypeError(f"flags must be a tuple of strings, got {type(self.flags).__name__}")
+            raise ValueError(f"CppOptions.parallel_threshold must be an int >= 0 (0: every parallel path), "
+                             f"got {self.parallel_threshold}")
+        if not self.compiler.strip():
+            raise ValueError("CppOptions.compiler must name a C++ compiler (e.g. 'g++', 'clang++'), got ''")
+        bad_flags = [flag for flag in self.flags if not isinstance(flag, str) or not flag.strip()]
+        if bad_flags:
+            raise TypeError(f"CppOptions.flags must be a tuple of non-empty strings (compiler flags), "
+                            f"got {bad_flags[0]!r} in {self.flags!r}")
+
+
+# option -> (accepted types, what the error says it accepts); bool is refused where int is
+# wanted (True is an int to isinstance).
+_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "cache_dir": ((str, os.PathLike), "a path (str or os.PathLike)"),
+    "compiler": ((str,), "a str (the C++ compiler's command, e.g. 'g++')"),
+    "flags": ((tuple,), "a tuple of strings (compiler flags)"),
+    "openmp": ((bool,), "a bool"),
+    "parallel_threshold": ((numbers.Integral,), "an int >= 0 (loop iterations)"),
+    "check_strides": ((bool,), "a bool"),
+    "vectorize": ((bool,), "a bool"),
+    "vector_math": ((bool,), "a bool"),
+    "fill_uninitialized": ((bool,), "a bool"),
+}

@@ -34,8 +34,9 @@ log1p      1        4        float32: log(u) + c / u, u = 1 + x, c its rounding 
                              (Fast2Sum); float64: log(1 + x) * x / ((1 + x) - 1)
 tanh       2        3        float32: -d / (2 + d), d = expm1(-2|x|) = p 2^n + (2^n - 1)
                              (exp's polynomial p, n <= 0); float64: expm1(2|x|) / (expm1(2|x|) + 2); sign restored
-sigmoid    2        2        float32: e / (1 + e) or 1 / (1 + e), e = exp(-|x|) (denormal
-                             results kept); float64: 1 / (1 + exp(-x)), as eager
+sigmoid    2        2 (4)    float32: e / (1 + e) or 1 / (1 + e), e = exp(-|x|) (denormal
+                             results kept); float64: 1 / (1 + exp(-x)), as eager; (4): without
+                             FMA (unfused exp polynomial)
 erf        2        scalar   float32: x Q_i(|x| - c_i) on 8 intervals of width 0.5 in [0, 4),
                              Q_i degree-6 fits of erf(x)/x whose coefficients each lane
                              picks with a register permute (vpermps); +-1 beyond 3.93
@@ -48,7 +49,7 @@ rsqrt      1        1        1 / sqrt(x)
 
 Measured maxima (same sweeps, with and without FMA, on AVX-512): float32 exp 1, exp2 1, expm1
 1, log 1, log2 0, log1p 1, tanh 2, sigmoid 2, erf 2, sin 0, cos 0, pow 1; float64 exp 1, exp2 1,
-expm1 3, log 3, log2 3, log1p 4, tanh 3, sigmoid 2, sin 2, cos 2.
+expm1 3, log 3, log2 3, log1p 4, tanh 3, sigmoid 2 (4 without FMA), sin 2, cos 2.
 
 "scalar": no vector version; a kernel using it stays scalar and its source says why (erfc has
 no vector version in either dtype).
@@ -197,12 +198,35 @@ static inline vf32 log(vf32 x) {
 #endif
     return y;
 }
+// c / u without a division instruction where AVX-512 has vrcp14ps: a reciprocal estimate r
+// (relative error below 2^-14), the quotient q = c r, then one correction from its exact
+// residual c - u q: relative error ~2^-28 before the final rounding. A vdivps costs 5 to 16
+// cycles of throughput per vector (one port, not pipelined), as much as all of log1p's other
+// instructions together; these three are pipelined. Elsewhere: a division.
+static inline vf32 quotient(vf32 c, vf32 u) {
+#if defined(__AVX512F__) && KILN_VECTOR_BYTES == 64
+    vf32 r = (vf32)_mm512_rcp14_ps((__m512)u);
+#elif defined(__AVX512VL__) && KILN_VECTOR_BYTES == 32
+    vf32 r = (vf32)_mm256_rcp14_ps((__m256)u);
+#elif defined(__AVX512VL__) && KILN_VECTOR_BYTES == 16
+    vf32 r = (vf32)_mm_rcp14_ps((__m128)u);
+#else
+#define KILN_DIVIDES
+    return c / u;
+#endif
+#ifndef KILN_DIVIDES
+    vf32 q = c * r;
+    return fma(r, fma(-u, q, c), q);
+#endif
+#undef KILN_DIVIDES
+}
 // log1p(x) = log(u) + c / u, u = 1 + x rounded and c = 1 + x - u its rounding error (exact:
-// Fast2Sum, the larger operand first).
+// Fast2Sum, the larger operand first). |c / u| <= 2^-24 and at most the result's size (all of
+// it when |x| < 2^-24: u = 1, c = x), so `quotient`'s 2^-28 costs under 1/16 ulp.
 static inline vf32 log1p(vf32 x) {
     vf32 u = 1 + x;
     vf32 c = abs(x) <= 1 ? (1 - u) + x : (x - u) + 1;
-    vf32 y = log(u) + c / u;
+    vf32 y = log(u) + quotient(c, u);
     y = (x == 0) | (x == __builtin_inff()) ? x : y;  // keeps -0
     return u == 0 ? splat<vf32>(-__builtin_inff()) : y;
 }
