@@ -292,3 +292,18 @@ def test_placement_pins_the_variables_of_size_one_outer_ranges(check):
         index, _ = kernel.placement(node)
         assert not any(i0 in sympy.sympify(e).free_symbols for e in index)
         assert kernel.accesses(node).writes[0].index.free_symbols >= {i1, i2}
+
+
+def test_nested_output_structures_are_kept():
+    """(a, (b, c)) and [max's (values, indices), None] come back nested as the graph returned them
+    (a direct API user's make_fx graph; Dynamo flattens its outputs), also from the wrapper a
+    codegen builds with `with_kernels`."""
+    from kiln.loopir import lower
+
+    x = torch.randn(2, 5)
+    for fn in (lambda x: (x + 1, (x * 2, x - 1)), lambda x: (x.sum(), [tuple(torch.max(x, 1)), None])):
+        kg = lower(make_fx(fn)(x))
+        for run in (kg, kg.with_kernels({k.name: k for k in kg.kernels})):
+            got, want = run(x), fn(x)
+            assert torch.utils._pytree.tree_structure(got) == torch.utils._pytree.tree_structure(want)
+            torch.testing.assert_close(got, want)

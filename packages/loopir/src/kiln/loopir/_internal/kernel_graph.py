@@ -19,6 +19,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
 from .ir import Kernel
@@ -255,6 +256,9 @@ class _Builder:
                 outs.append(self.expr(value))
             else:
                 outs.append(value)
+        if self.lowered.output_spec is not None:  # a nested structure: rebuilt around the nodes
+            self.graph.output(pytree.tree_unflatten(outs, self.lowered.output_spec))
+            return
         self.graph.output(tuple(outs) if as_tuple else outs[0])
 
 

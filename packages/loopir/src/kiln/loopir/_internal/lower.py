@@ -17,6 +17,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
 from . import philox
 from .body import record
@@ -84,6 +85,9 @@ class LoweredGraph:
     inputs: tuple[GraphInput, ...]
     steps: tuple[Step, ...]
     outputs: tuple[Any, ...]  # StridedView, sympy expression, or a constant (None, int)
+    # The output's structure when it nests tuples/lists ((a, (b, c))): `outputs` then holds its
+    # leaves and this pytree spec rebuilds it; None for one value or a flat tuple.
+    output_spec: Any = None
 
 
 class LoweringContext:
@@ -261,6 +265,7 @@ def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
     env: dict[fx.Node, Any] = {}
     inputs: list[GraphInput] = []
     outputs: tuple[Any, ...] = ()
+    output_spec = None
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             graph_input, env[node] = _lower_input(gm, node)
@@ -270,10 +275,10 @@ def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
             if round_low_precision and isinstance(env[node], Lazy) and env[node].computed is not None:
                 env[node] = _rounded(env[node])
         elif node.op == "output":
-            outputs = _lower_outputs(ctx, node, env)
+            outputs, output_spec = _lower_outputs(ctx, node, env)
         else:
             raise LoweringError(f"loopir lowers ATen call_function graphs; got {node.op} {node_location(node)}")
-    return LoweredGraph(tuple(inputs), tuple(ctx.steps), outputs)
+    return LoweredGraph(tuple(inputs), tuple(ctx.steps), outputs, output_spec)
 
 
 def _lower_input(gm: fx.GraphModule, node: fx.Node) -> tuple[GraphInput, Any]:
@@ -408,9 +413,13 @@ def _tensor_vals(val: Any) -> list[torch.Tensor]:
     return []
 
 
-def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any]) -> tuple[Any, ...]:
+def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any]) -> tuple[tuple[Any, ...], Any]:
+    """(the output's values, flattened; their pytree spec when the output nests, else None)."""
     (result,) = node.args
     flat = result if isinstance(result, (tuple, list)) else (result,)
+    spec = None
+    if any(isinstance(item, (tuple, list)) for item in flat):  # (a, (b, c)): leaves, then rebuilt
+        flat, spec = pytree.tree_flatten(result)
     outs = []
     realized: dict[fx.Node, StridedView] = {}  # an output listed twice is computed once
     for item in flat:
@@ -423,4 +432,4 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any])
                 realized[item] = ctx.realize_in_memory_order(value, item.meta.get("val"))  # eager's strides
             value = realized[item]
         outs.append(value)
-    return tuple(outs)
+    return tuple(outs), spec
