@@ -51,6 +51,20 @@ def test_narrow_with_dynamic_start_matches_eager(name, codegen, caplog):
     assert counts and all(kernels >= 1 and fallbacks == 0 for kernels, fallbacks in counts), caplog.text
 
 
+@pytest.mark.parametrize("codegen", ["cpu", "reference"])
+def test_narrow_with_dynamic_start_and_length_matches_eager(codegen):
+    """The length is a symbol too: the output's size is the length's symbol, which reaches the
+    region only inside the slice's end (`start + length`), solved for at run time."""
+    def fn(x, start, length):
+        return x[:, start:].sum(1) + x.narrow(1, start, length).sum(1)
+
+    compiled, graphs = _compiled(fn, codegen)
+    x = torch.randn(4, 10)
+    for start, length in ((2, 3), (-5, 4), (-10, 2), (7, 3), (3, 5)):
+        torch.testing.assert_close(compiled(x, start, length), fn(x, start, length), msg=f"{start}, {length}")
+    assert len(graphs) <= 3
+
+
 @pytest.mark.parametrize("start", [8, -11])
 def test_narrow_past_the_end_raises_as_eager(start):
     fn = CASES["input"]

@@ -167,8 +167,8 @@ class _Builder:
                     strides.append((stride, graph_input.node_name, dim))
             elif isinstance(graph_input.symbol, sympy.Symbol):
                 self.symbols[graph_input.symbol] = node
-            elif graph_input.symbol is not None and graph_input.symbol.free_symbols:
-                self.computed_inputs.append((graph_input.symbol, node))
+                if graph_input.stands_for is not None:
+                    self.computed_inputs.append((graph_input.stands_for, node))
         for stride, name, dim in strides:
             self._offer_symbol(stride, name, dim, "stride")
         for graph_input in self.lowered.inputs:
