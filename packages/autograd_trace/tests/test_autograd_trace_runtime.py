@@ -324,3 +324,27 @@ def test_batch_norm_through_dynamo_with_dynamic_shapes() -> None:
         torch.testing.assert_close(got, want)
     for got, want in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_output_view_of_an_input_with_bare_symbol_sizes() -> None:
+    """An output that is a view of an input whose sizes are plain symbols (``x.t()`` with
+    dynamic shapes: sizes ``(s1, s0)``) is rebuilt at each call's sizes."""
+    import torch._dynamo
+
+    def backend(gm, example_inputs):
+        return aot_compile(gm, example_inputs, eager)
+
+    def f(x, w):
+        return (x @ w).sum(), x.t()
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(f, backend=backend, dynamic=True)
+        for rows in (3, 5):
+            x, w = leaf(rows, 4), leaf(4, 2, seed=1)
+            total, view = compiled(x, w)
+            assert view.shape == (4, rows) and view._base is x
+            total.backward()
+            torch.testing.assert_close(x.grad, w.sum(1).expand(rows, 4).detach())
+    finally:
+        torch._dynamo.reset()

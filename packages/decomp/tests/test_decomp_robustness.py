@@ -82,3 +82,39 @@ def test_variance_of_an_empty_reduction_is_nan_as_eager():
     x = torch.randn(3, 0)
     out = decompose(make_fx(lambda x: (x.var(-1), torch.var_mean(x, 1)))(x), loop_level())
     torch.testing.assert_close(out(x), (x.var(-1), torch.var_mean(x, 1)), equal_nan=True)
+
+
+def test_item_of_an_unspecialized_float_input():
+    """Dynamo with dynamic=True passes a float (here ``math.pi``) as a 0-d tensor the graph
+    ``.item()``s; its fake remembers the SymFloat, but the placeholders of a graph traced from
+    it (make_fx, autograd_trace) hold detached fakes that forget it. decompose takes the value
+    from the ``.item()`` node, as the graph recorded it."""
+    import math
+
+    import torch._dynamo
+    from torch._guards import detect_fake_mode
+
+    decomposed = []
+
+    def backend(gm, example_inputs):
+        fake_mode = detect_fake_mode(example_inputs)
+        fakes = [fake_mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in example_inputs]
+        with fake_mode:
+            traced = make_fx(gm, tracing_mode="real")(*fakes)
+        assert any(n.target is torch.ops.aten._local_scalar_dense.default for n in traced.graph.nodes)
+        decomposed.append(decompose(traced, loop_level()))
+        return decomposed[-1]
+
+    def f(x):
+        return torch.tanh(math.sqrt(2.0 / math.pi) * x)
+
+    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(suppress_errors=False):
+            compiled = torch.compile(f, backend=backend, dynamic=True)
+            for rows in (3, 6):
+                x = torch.randn(rows, 4)
+                torch.testing.assert_close(compiled(x), f(x))
+    finally:
+        torch._dynamo.reset()
+    assert len(decomposed) == 1

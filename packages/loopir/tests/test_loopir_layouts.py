@@ -26,8 +26,8 @@ def assert_innermost_contiguous(kg, pointwise_only=False):
                 assert coefficient == 1, (kernel.name, node.name, access)
 
 
-def _check_like_eager(fn, *args):
-    kg = lower(make_fx(fn)(*args))
+def _check_like_eager(fn, *args, tracing_mode="real"):
+    kg = lower(make_fx(fn, tracing_mode=tracing_mode)(*args))
     verify(kg)
     got, expected = kg(*args), fn(*args)
     got = got if isinstance(got, tuple) else (got,)
@@ -44,6 +44,20 @@ def test_pointwise_and_reduction_outputs_keep_eagers_layout(layout):
     x = {"channels_last": x.to(memory_format=torch.channels_last), "transposed": x.transpose(2, 3),
          "permuted": x.permute(3, 1, 0, 2).contiguous().permute(2, 1, 3, 0)}[layout]
     _check_like_eager(lambda x: (x + 1, x.exp() * x, (x * 2).sum(1, keepdim=True), x.amax(-1, keepdim=True)), x)
+
+
+@pytest.mark.parametrize("first", ["channels_last", "contiguous"])
+@pytest.mark.parametrize("layout", ["channels_last", "transposed"])
+def test_copysign_of_mixed_layouts_follows_eagers_first_operand(layout, first):
+    """copysign's fake is laid out as torch's reference decomposition (`where(signbit(b), ...)`
+    follows `b`); eager's kernel follows `a`. kiln gives eager's strides, stored and returned."""
+    x = torch.randn(2, 6, 5, 4)
+    other = x.to(memory_format=torch.channels_last) if layout == "channels_last" else x.transpose(2, 3)
+    plain = torch.randn(other.shape)
+    a, b = (other, plain) if first == "channels_last" else (plain, other)
+    for mode in ("fake", "symbolic"):
+        _check_like_eager(lambda a, b: (lambda y: (torch.copysign(a, b), y, y + 1))(torch.copysign(a, b)), a, b,
+                          tracing_mode=mode)
 
 
 def test_a_value_used_twice_is_stored_in_eagers_layout():

@@ -22,9 +22,15 @@ def has_symbols(values: Sequence[object]) -> bool:
     return any(isinstance(v, _SYMBOLIC) for v in values)
 
 
-def bind_symbols(traced: Sequence[object], actual: Sequence[object]) -> dict[sympy.Symbol, int]:
-    """Symbol -> int, from every traced size, stride, offset or scalar that is a plain symbol."""
-    bindings: dict[sympy.Symbol, int] = {}
+def bind_symbols(
+    traced: Sequence[object], actual: Sequence[object]
+) -> dict[sympy.Symbol, sympy.Integer]:
+    """Symbol -> value, from every traced size, stride, offset or scalar that is a plain symbol.
+
+    Values are sympy Integers, not ints: ``xreplace`` puts a replacement in as it is, so a size
+    that is a bare symbol would come back as a Python int rather than a sympy expression.
+    """
+    bindings: dict[sympy.Symbol, sympy.Integer] = {}
     for fake, real in zip(traced, actual, strict=True):
         if isinstance(fake, torch.Tensor) and isinstance(real, torch.Tensor):
             pairs = [
@@ -38,11 +44,11 @@ def bind_symbols(traced: Sequence[object], actual: Sequence[object]) -> dict[sym
             if isinstance(symbolic, _SYMBOLIC):
                 expr = symbolic.node.expr
                 if isinstance(expr, sympy.Symbol):
-                    bindings[expr] = int(concrete)
+                    bindings[expr] = sympy.Integer(int(concrete))
     return bindings
 
 
-def evaluate(value: object, bindings: dict[sympy.Symbol, int]) -> int:
+def evaluate(value: object, bindings: dict[sympy.Symbol, sympy.Integer]) -> int:
     """The int a traced size takes under ``bindings``; raises if a symbol stays unbound."""
     if not isinstance(value, _SYMBOLIC):
         return int(value)

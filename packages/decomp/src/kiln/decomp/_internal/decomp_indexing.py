@@ -10,6 +10,7 @@ any indexing and masked out of every sum, as eager skips them.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import torch
@@ -126,7 +127,21 @@ def embedding_renorm(self, indices, max_norm, norm_type):
     return aten.index_put.default(self, [flat], aten.mul.Tensor(rows, scale))
 
 
+@decomposes(aten.fractional_max_pool2d_backward.default, aten.fractional_max_pool3d_backward.default)
+def fractional_max_pool_backward(grad_output, self, kernel_size, output_size, indices):
+    """Each output's gradient added to the input element its index names (a scatter-add over
+    each plane, flat in the pooled dims, as eager's kernel adds them)."""
+    pooled = len(output_size)
+    planes = list(self.shape[: self.dim() - pooled])
+    flat_grad = aten.reshape.default(grad_output, [*planes, -1])
+    flat_indices = aten.reshape.default(indices, [*planes, -1])
+    plane = math.prod(self.shape[self.dim() - pooled:])
+    spread = aten.scatter_add.default(zeros([*planes, plane], grad_output), len(planes), flat_indices, flat_grad)
+    return aten.reshape.default(spread, list(self.shape))
+
+
 INDEXING_DECOMPOSITIONS = (
+    fractional_max_pool_backward,
     embedding,
     embedding_backward,
     embedding_renorm,

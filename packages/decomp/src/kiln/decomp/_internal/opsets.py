@@ -93,6 +93,7 @@ _WINDOWS = (
     "max_pool3d_with_indices_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d",
     "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d",
     "adaptive_max_pool3d", "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward",
+    "fractional_max_pool2d", "fractional_max_pool3d",
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
     "upsample_nearest1d_backward", "upsample_nearest2d_backward", "upsample_nearest3d_backward",
     "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
@@ -144,7 +145,7 @@ EXTERN_GROUPS: dict[str, tuple[str, ...]] = {
         "_embedding_bag", "_embedding_bag_forward_only",
     ),
     "pooling_and_resampling": (
-        "fractional_max_pool2d", "fractional_max_pool3d", "grid_sampler_3d",
+        "grid_sampler_3d",
         "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa",
     ),
     "special_functions": (

@@ -254,6 +254,24 @@ def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
 _VIEWS_BY_SHAPE = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
 
 
+_SCALAR_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default)
+
+
+def _remember_scalar(node: fx.Node, tensor: Any) -> None:
+    """Give ``tensor`` the symbolic value ``node`` (its ``.item()``) was traced with.
+
+    Dynamo passes an unspecialized float (a module's ``scaling``, ``math.pi`` with
+    ``dynamic=True``) as a 0-d tensor that the graph ``.item()``s, and its fake remembers the
+    SymFloat (``item_memo``). A traced graph's placeholders hold detached copies of the fakes,
+    which forget it; without it the retrace's ``.item()`` is data-dependent and fails.
+    """
+    recorded = node.meta.get("val")
+    if not (isinstance(tensor, FakeTensor) and isinstance(recorded, (torch.SymInt, torch.SymFloat, torch.SymBool))):
+        return
+    if tensor.item_memo is None and recorded.node.shape_env is tensor.fake_mode.shape_env:
+        tensor.item_memo = recorded
+
+
 class _AttrLiftingInterpreter(fx.Interpreter):
     """Runs ``gm`` on flat arguments: its placeholders, then its tensor attributes.
 
@@ -274,6 +292,8 @@ class _AttrLiftingInterpreter(fx.Interpreter):
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         target = self._functional.get(self._node, target)
+        if target in _SCALAR_READS:
+            _remember_scalar(self._node, args[0])
         if target not in _VIEWS_BY_SHAPE:
             return super().call_function(target, args, kwargs)
         try:

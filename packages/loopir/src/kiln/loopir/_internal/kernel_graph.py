@@ -145,6 +145,8 @@ class _Builder:
         self.symbols: dict[sympy.Symbol, fx.Node] = {}
         self.raw_inputs: dict[str, fx.Node] = {}  # placeholders/get_attrs before ensure_layout
         self.symbol_sources: dict[sympy.Symbol, tuple[str, int, str]] = {}
+        self.computed_inputs: list[tuple[sympy.Expr, fx.Node]] = []  # SymInt inputs like `s27 + s44`
+        self.solving: set[sympy.Symbol] = set()
 
     def inputs(self) -> None:
         # A symbol is read off a size when any input has it as one: a stride equals a size
@@ -166,6 +168,8 @@ class _Builder:
                     strides.append((stride, graph_input.node_name, dim))
             elif isinstance(graph_input.symbol, sympy.Symbol):
                 self.symbols[graph_input.symbol] = node
+                if graph_input.stands_for is not None:
+                    self.computed_inputs.append((graph_input.stands_for, node))
         for stride, name, dim in strides:
             self._offer_symbol(stride, name, dim, "stride")
         for graph_input in self.lowered.inputs:
@@ -180,6 +184,10 @@ class _Builder:
 
     def symbol(self, sym: sympy.Symbol) -> fx.Node:
         if sym not in self.symbols:
+            solved = self._solved(sym) if sym not in self.symbol_sources else None
+            if solved is not None:
+                self.symbols[sym] = solved
+                return solved
             if sym not in self.symbol_sources:
                 raise LoweringError(f"size symbol {sym} is not a size or stride of any graph input, "
                                     "and no SymInt input provides it")
@@ -187,6 +195,24 @@ class _Builder:
             op = aten.sym_size.int if kind == "size" else aten.sym_stride.int
             self.symbols[sym] = self.graph.call_function(op, (self.raw_inputs[name], dim))
         return self.symbols[sym]
+
+    def _solved(self, sym: sympy.Symbol) -> fx.Node | None:
+        """`sym` computed from a SymInt input that is `sym` plus or minus known sizes (a region
+        given `start + s27` for a negative narrow start), or None."""
+        for expr, node in self.computed_inputs:
+            rest, term = expr.as_independent(sym, as_Add=True)
+            if term not in (sym, -sym) or rest.free_symbols & self.solving:
+                continue
+            self.solving.add(sym)
+            try:
+                known = self.expr(rest)
+            except LoweringError:
+                continue
+            finally:
+                self.solving.discard(sym)
+            value = self.graph.call_function(operator.sub, (node, known))
+            return value if term == sym else self.graph.call_function(operator.neg, (value,))
+        return None
 
     def expr(self, expr: Any) -> Any:
         """A sympy size expression as an int or as FX nodes computing it at run time."""

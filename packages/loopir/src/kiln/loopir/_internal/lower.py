@@ -18,6 +18,7 @@ import sympy
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch._prims_common import compute_elementwise_output_strides
 
 from . import philox
 from .body import record
@@ -76,8 +77,9 @@ class GraphInput:
     node_name: str
     kind: str  # "placeholder" | "get_attr"
     spec: BufferSpec | None  # None for SymInt / non-tensor inputs
-    symbol: sympy.Expr | None  # the expression of a SymInt placeholder
+    symbol: sympy.Expr | None  # the symbol of a SymInt placeholder
     target: str | None = None  # attribute path of a get_attr
+    stands_for: sympy.Expr | None = None  # a SymInt input's expression, when `symbol` names it
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ class LoweringContext:
         self._counter = 0
         self._seeds: dict[torch.device, StridedView] = {}
         self._random_ops = 0
+        self.eager_values: dict[fx.Node, Any] = {}  # values whose fake is laid out otherwise (correct_layout)
 
     def new_buffer_name(self) -> str:
         name = f"buf{self._counter}"
@@ -271,6 +274,7 @@ def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
             graph_input, env[node] = _lower_input(gm, node)
             inputs.append(graph_input)
         elif node.op == "call_function":
+            correct_layout(node, ctx.eager_values)
             env[node] = _lower_call(ctx, table, node, env)
             if round_low_precision and isinstance(env[node], Lazy) and env[node].computed is not None:
                 env[node] = _rounded(env[node])
@@ -296,8 +300,17 @@ def _lower_input(gm: fx.GraphModule, node: fx.Node) -> tuple[GraphInput, Any]:
         return GraphInput(node.name, node.op, spec, None, target), view
     if isinstance(val, (torch.SymInt, int)):
         expr = to_expr(val)
-        return GraphInput(node.name, node.op, None, expr, target), expr
+        if expr.is_Symbol or not expr.free_symbols:
+            return GraphInput(node.name, node.op, None, expr, target), expr
+        # A size computed outside the region (`Max(0, s17 + s77 - 1)`, `start + s27`): its
+        # symbols may be sizes of no input here, so the value is a symbol of its own, bound to
+        # the input; the kernel graph still solves its expression for a symbol needed alone.
+        named = sympy.Symbol(f"{_INPUT_SYMBOL_PREFIX}{node.name}", integer=True)
+        return GraphInput(node.name, node.op, None, named, target, stands_for=expr), named
     return GraphInput(node.name, node.op, None, None, target), val
+
+
+_INPUT_SYMBOL_PREFIX = "sym_"
 
 
 def _get_attr(gm: fx.GraphModule, target: str) -> Any:
@@ -346,7 +359,7 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
         raise LoweringError(f"lowering failed for {node_location(node)}: {exc}") from exc
     if isinstance(result, Lazy) and len(node.users) > 1 and not (
             ctx.recompute_cheap and _stored_by_at_most_one(node, table) and recomputed_on_reuse(result)):
-        result = ctx.realize_in_memory_order(result, node.meta.get("val"))
+        result = ctx.realize_in_memory_order(result, ctx.eager_values.get(node, node.meta.get("val")))
     return result
 
 
@@ -397,6 +410,31 @@ def size_expr(node: fx.Node) -> Expr:
     return to_expr(val)
 
 
+# Ops whose FakeTensor is laid out otherwise than eager's result: their meta kernel is torch's
+# reference decomposition (copysign's `where(signbit(b), ...)` follows `b`), while eager's
+# TensorIterator kernel follows its operands' strides, the first one's before the others.
+_FAKE_LAYOUT_DIFFERS = frozenset({torch.ops.aten.copysign.Tensor})
+
+
+def correct_layout(node: fx.Node, corrected: dict[fx.Node, Any]) -> None:
+    """Record in `corrected` the value `node` has in eager when its fake is laid out otherwise:
+    an op of `_FAKE_LAYOUT_DIFFERS`, or a pointwise op of a corrected value (whose fake, made
+    from the wrong layout, inherited it), all tensor operands of the output's shape."""
+    val = node.meta.get("val")
+    pointwise = isinstance(node.target, torch._ops.OpOverload) and torch.Tag.pointwise in node.target.tags
+    reads_corrected = any(a in corrected for a in node.args if isinstance(a, fx.Node))
+    if not isinstance(val, torch.Tensor) or not (node.target in _FAKE_LAYOUT_DIFFERS or
+                                                 (pointwise and reads_corrected)):
+        return
+    operands = [corrected.get(a, a.meta.get("val")) for a in node.args if isinstance(a, fx.Node)]
+    operands = [v for v in operands if isinstance(v, torch.Tensor)]
+    if not operands or any(tuple(v.shape) != tuple(val.shape) for v in operands):
+        return  # broadcast operands: the fake's layout (TensorIterator's order over expanded dims)
+    stride = compute_elementwise_output_strides(*operands)
+    if not same_exprs(to_exprs(stride), to_exprs(val.stride())):
+        corrected[node] = val.as_strided(val.shape, stride)
+
+
 def _symbolic_scalars(args: Any) -> Any:
     if isinstance(args, (tuple, list)):
         return type(args)(_symbolic_scalars(a) for a in args)
@@ -429,7 +467,8 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any])
         value = env[item]
         if isinstance(value, Lazy):
             if item not in realized:
-                realized[item] = ctx.realize_in_memory_order(value, item.meta.get("val"))  # eager's strides
+                like = ctx.eager_values.get(item, item.meta.get("val"))  # eager's strides
+                realized[item] = ctx.realize_in_memory_order(value, like)
             value = realized[item]
         outs.append(value)
     return tuple(outs), spec

@@ -321,19 +321,28 @@ def _lowest(dtype: torch.dtype) -> float | int:
 
 def _max_with_indices(ctx, node, x, axes: Sequence[_Axis]):
     """(values, indices) of the max over the windows of `axes`; indices are flat in the pooled
-    dims, as eager's. Eager keeps the first largest value in window order, but the *last* NaN,
-    and the first element inside the input where every value is the lowest (-inf): the index
-    is a `min` reduction, after the values' `max` in the same kernel, of the positions of the
-    elements inside the input equal to the max, or of minus the positions of the NaNs."""
-    values_out, indices_out = node.meta["val"]
-    n = len(axes)
+    dims, as eager's (see `max_with_indices`)."""
     x = _reread(ctx, x, True)  # read by two reductions
     dtype = compute_dtype(x.dtype)
-    plane = contiguous_strides(_spatial(x.size, n))
+    plane = contiguous_strides(_spatial(x.size, len(axes)))
 
-    def window(ops: Any, index: tuple[Expr, ...], rindex: tuple[Expr, ...]) -> tuple[Any, Any, list[Expr]]:
+    def window(ops: Any, index: tuple[Expr, ...], rindex: tuple[Expr, ...]) -> tuple[Any, Any, Any]:
         at, inside, coords = _window_point(ops, axes, index, rindex)
-        return broadcast_load(ops, x, at, dtype), inside, coords
+        return broadcast_load(ops, x, at, dtype), inside, ops.index_expr(flat_index(coords, plane), I64)
+
+    return max_with_indices(ctx, node, dtype, [a.width for a in axes], window)
+
+
+def max_with_indices(ctx, node, dtype: torch.dtype, widths: Sequence[Expr], window: Callable[..., Any]):
+    """(values, indices) of the max over windows of `widths` positions; ``window(ops, index,
+    rindex)`` gives (the value there in `dtype`, a bool value saying whether the position counts
+    or None when it always does, its int64 position, flat in the pooled dims). Eager keeps the
+    first largest value in window order, but the *last* NaN, and the first element inside the
+    input where every value is the lowest (-inf): the index is a `min` reduction, after the
+    values' `max` in the same kernel, of the positions of the elements inside the input equal
+    to the max, or of minus the positions of the NaNs."""
+    values_out, indices_out = node.meta["val"]
+    axes = [_Axis(w, w, lambda o, r: r) for w in widths]  # only their widths are read
 
     def candidate(ops: Any, index: tuple[Expr, ...], rindex: tuple[Expr, ...]) -> Any:
         value, inside, _ = window(ops, index, rindex)
@@ -343,8 +352,8 @@ def _max_with_indices(ctx, node, x, axes: Sequence[_Axis]):
     never = torch.iinfo(I64).max
 
     def position(ops: Any, index: tuple[Expr, ...], rindex: tuple[Expr, ...]) -> Any:
-        value, inside, coords = window(ops, index, rindex)
-        best, at = broadcast_load(ops, values, index, dtype), ops.index_expr(flat_index(coords, plane), I64)
+        value, inside, at = window(ops, index, rindex)
+        best = broadcast_load(ops, values, index, dtype)
         key = ops.where(ops.eq(value, best), at, constant(ops, never, I64))
         if dtype.is_floating_point:
             nan_key = ops.where(ops.isnan(value), ops.neg(at), constant(ops, never, I64))

@@ -55,6 +55,7 @@ def default_lowerings() -> Lowerings:
         lower_indexing,
         lower_pointwise,
         lower_pooling,
+        lower_pooling_fractional,
         lower_random,
         lower_reduction,
         lower_scan,
@@ -65,7 +66,7 @@ def default_lowerings() -> Lowerings:
     )
 
     return (lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE | lower_indexing.TABLE
-            | lower_pooling.TABLE | lower_special.TABLE | lower_random.TABLE | lower_scan.TABLE
+            | lower_pooling.TABLE | lower_pooling_fractional.TABLE | lower_special.TABLE | lower_random.TABLE | lower_scan.TABLE
             | lower_scatter.TABLE | lower_segments.TABLE)
 
 

@@ -188,7 +188,8 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
     ordered = _dependency_order(items)
     specs = _buffer_specs(lowered)
     used_outside = _used_outside(ordered, lowered)
-    result = tuple(_make_kernel(item, specs, used_outside if row_temporaries else used_outside | item.rows)
+    given = _given_symbols(lowered)
+    result = tuple(_make_kernel(item, specs, used_outside if row_temporaries else used_outside | item.rows, given)
                    if isinstance(item, _Group) else item for item in ordered)
     return Schedule(result, tuple(decisions))
 
@@ -254,7 +255,17 @@ def _buffer_specs(lowered: LoweredGraph) -> dict[str, BufferSpec]:
     return specs
 
 
-def _make_kernel(item: _Group, specs: dict[str, BufferSpec], used_outside: set[str]) -> Kernel:
+def _given_symbols(lowered: LoweredGraph) -> set:
+    """The size symbols the kernel graph reads off its inputs: plain sizes and strides of input
+    tensors, and SymInt inputs."""
+    given = {i.symbol for i in lowered.inputs if i.symbol is not None and i.symbol.is_Symbol}
+    for graph_input in lowered.inputs:
+        if graph_input.spec is not None:
+            given |= {e for e in (*graph_input.spec.size, *graph_input.spec.stride) if e.is_Symbol}
+    return given
+
+
+def _make_kernel(item: _Group, specs: dict[str, BufferSpec], used_outside: set[str], given: set) -> Kernel:
     """The kernel of a fused group, with the scheduler's row nodes and placements recorded."""
     name, group = item.name, item.members
     produced = {b.name for b in group}
@@ -269,6 +280,10 @@ def _make_kernel(item: _Group, specs: dict[str, BufferSpec], used_outside: set[s
                 reads.append(access.buffer)
     inputs = tuple(specs[r] for r in reads)
     outputs = tuple(b.spec for b in group if b.name in used_outside)
+    # A runtime may evaluate every size and stride of its buffers (to check inputs, to allocate
+    # outputs): their symbols are parameters too, where the kernel graph can give them.
+    layouts = [e for spec in (*inputs, *outputs) for e in (*spec.size, *spec.stride)]
+    exprs += [e for e in layouts if free_size_symbols([e]) <= given]
     symbols = tuple(sorted(free_size_symbols(exprs), key=lambda s: s.name))
     placements = tuple((node.name, *placement(node, item.ranges, item.row_ranges)) for node in group)
     kernel = Kernel(name, tuple(group), inputs, outputs, symbols, frozenset(item.rows), placements)
