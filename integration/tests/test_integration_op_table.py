@@ -149,6 +149,12 @@ TESTED_ELSEWHERE = {op: _SPECIAL_ELSEWHERE for op in (
     aten.special_shifted_chebyshev_polynomial_v.n_scalar, aten.special_shifted_chebyshev_polynomial_w.n_scalar,
     aten.special_spherical_bessel_j0.default, aten.special_zeta.default, aten.special_zeta.other_scalar,
     aten.special_zeta.self_scalar, torch.ops.prims.scalar_tensor.default)}
+# Fractional max pooling's OpInfo samples draw their own random samples (no sample joins the table):
+# test_integration_fractional_pool.py (C++ and Triton, forward and a training step) and
+# test_loopir_pooling_fractional.py (the reference evaluator) pass them explicitly.
+TESTED_ELSEWHERE |= dict.fromkeys(
+    (aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default),
+    "test_integration_fractional_pool.py / test_loopir_pooling_fractional.py (OpInfo samples are random)")
 
 # Random ops draw from kiln's generator (loopir's philox.py), not eager's, so no value can match:
 # integration/tests/test_integration_random.py checks them by statistics, reproducibility for a
