@@ -88,7 +88,7 @@ def _cache_file(kernel: Any, plan: Any, inputs: Sequence[torch.Tensor]) -> str:
     device = inputs[0].device if inputs else torch.device("cuda")
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     source = getattr(kernel.jit_function, "src", None) or kernel.__name__
-    text = repr((source, plan.sizes, plan.in_strides, [t.dtype for t in inputs], gpu, triton.__version__))
+    text = repr((source, plan.sizes, [stride for _, _, stride in plan.in_meta], [t.dtype for t in inputs], gpu, triton.__version__))
     digest = hashlib.sha256(text.encode()).hexdigest()[:32]
     return os.path.join(kernel.options.cache_dir, "autotune", f"{digest}.json")
 

@@ -73,15 +73,12 @@ class _Plan:
     """Everything a launch needs that depends only on the size arguments."""
 
     sizes: tuple[int, ...]
-    out_layouts: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype], ...]
-    in_sizes: tuple[tuple[int, ...], ...]
-    in_strides: tuple[tuple[int, ...], ...]
     empty: bool  # no outer point: nothing to launch
     grid: tuple[int]
     blocks: tuple[int, ...]  # XBLOCK (, RBLOCK) (, INDEX_64): the constexpr arguments, in signature order
     launch: dict[str, int]  # the same as keywords for JITFunction[grid](...), plus num_warps
     size_key: tuple  # blocks, warps and the sizes' classes: the plan's part of the launcher key (see DirectLauncher)
-    in_meta: tuple[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]], ...]  # per input, for the cheap check
+    in_meta: tuple[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]], ...]  # per input: dtype, sizes, strides
     out_allocations: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype], ...]  # empty_strided's arguments
     xnumel: int  # outer points (a scatter's: its program count)
     rnumel: int  # the longest reduction (1 without)
@@ -144,9 +141,8 @@ class TritonKernel:
         device = inputs[0].device if inputs else self._default_device()
         outputs = tuple(torch.empty_strided(size, stride, dtype=dtype, device=device)
                         for size, stride, dtype in plan.out_allocations)
-        if self.options.fill_uninitialized or torch.are_deterministic_algorithms_enabled():
-            if fill_requested(self.options.fill_uninitialized):
-                fill_uninitialized(outputs)
+        if fill_requested(self.options.fill_uninitialized):
+            fill_uninitialized(outputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
             outputs[out_pos].copy_(inputs[in_pos])
         if plan.empty:
@@ -197,7 +193,6 @@ class TritonKernel:
         sizes = tuple(int(s) for s in size_args[:len(self.kernel.symbols)])
         rows = self._layouts(*sizes)
         n_out, n_in = len(self.kernel.outputs), self._n_in
-        out_layouts = tuple(zip(rows[:n_out], rows[n_out:2 * n_out], (o.dtype for o in self.kernel.outputs)))
         in_rows = rows[2 * n_out:]
         (xnumel, *rnumels), bounds = rows[2 * (n_out + n_in)], rows[2 * (n_out + n_in) + 1]
         blocks = {}
@@ -217,9 +212,10 @@ class TritonKernel:
             blocks["INDEX_64"] = max(bounds) >= INT32_LIMIT
         tile_sizes = tuple(rows[-1]) if self.tile else ()
         plan = self.with_blocks(_Plan(
-            sizes, out_layouts, in_rows[:n_in], in_rows[n_in:2 * n_in], xnumel == 0, (0,), (), {}, (),
+            sizes, xnumel == 0, (0,), (), {}, (),
             tuple(zip(self._in_dtypes, in_rows[:n_in], in_rows[n_in:2 * n_in])),
-            tuple((tuple(size), tuple(stride), dtype) for size, stride, dtype in out_layouts),
+            tuple((tuple(size), tuple(stride), out.dtype)
+                  for size, stride, out in zip(rows[:n_out], rows[n_out:2 * n_out], self.kernel.outputs)),
             xnumel, max(rnumels, default=1), tile_sizes), blocks, self._warps(blocks))
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
@@ -298,7 +294,7 @@ class TritonKernel:
     def _check(self, inputs: Sequence[torch.Tensor], plan: _Plan) -> None:
         """The full check, with a message naming the input; strides of size-1 dims are free."""
         device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), None)
-        for tensor, size, stride, spec in zip(inputs, plan.in_sizes, plan.in_strides, self.kernel.inputs):
+        for tensor, (_, size, stride), spec in zip(inputs, plan.in_meta, self.kernel.inputs):
             if not isinstance(tensor, torch.Tensor) or tensor.dtype != spec.dtype or tensor.device != device:
                 got = f"{tensor.dtype} on {tensor.device}" if isinstance(tensor, torch.Tensor) else type(tensor)
                 raise TritonCodegenError(f"{self.__name__}: input {spec.name} must be a {spec.dtype} tensor "
