@@ -80,16 +80,17 @@ class DirectLauncher:
             self._first_launch(key, plan, inputs, outputs, status)
             return
         run, function, metadata, compiled = found
+        stream = current_stream(device)
         enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
         args = (*inputs, *outputs, *plan.sizes, *status, *plan.blocks)
         # A hook (e.g. a profiler's) gets the launch's metadata; an empty HookChain is inactive.
-        launch_metadata = (compiled.launch_metadata(plan.grid, current_stream(device), *args)
+        launch_metadata = (compiled.launch_metadata(plan.grid, stream, *args)
                            if enter is not None and getattr(enter, "calls", True) else None)
         if self._proven:
-            run(plan.grid[0], 1, 1, current_stream(device), function, metadata, launch_metadata, enter, leave, *args)
+            run(plan.grid[0], 1, 1, stream, function, metadata, launch_metadata, enter, leave, *args)
             return
         try:  # the launcher parses every argument before it launches: a failure launched nothing
-            run(plan.grid[0], 1, 1, current_stream(device), function, metadata, launch_metadata, enter, leave, *args)
+            run(plan.grid[0], 1, 1, stream, function, metadata, launch_metadata, enter, leave, *args)
         except (TypeError, ValueError) as error:
             log.warning("codegen_triton: direct launch of %s failed (%s); launching through "
                         "JITFunction[grid](...) from now on", getattr(self.jit_function, "__name__", "?"), error)

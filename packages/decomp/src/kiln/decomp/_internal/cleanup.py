@@ -25,6 +25,13 @@ log = logging.getLogger(__name__)
 COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d"})
 
 
+def is_pure_op(op: OpOverload) -> bool:
+    """No mutation in its schema, no random numbers drawn, not a collective: two calls with the
+    same arguments are interchangeable, and an unused call can go."""
+    return (not op._schema.is_mutable and torch.Tag.nondeterministic_seeded not in op.tags
+            and op.namespace not in COLLECTIVE_NAMESPACES)
+
+
 def _removable(node: fx.Node) -> bool:
     if node.op != "call_function" or node.users:
         return False
@@ -32,11 +39,7 @@ def _removable(node: fx.Node) -> bool:
     if target is operator.getitem:
         return True
     if isinstance(target, OpOverload):
-        return (
-            not target._schema.is_mutable
-            and torch.Tag.nondeterministic_seeded not in target.tags
-            and target.namespace not in COLLECTIVE_NAMESPACES
-        )
+        return is_pure_op(target)
     # symbolic-size arithmetic (operator.mul on SymInts, torch.sym_max, ...) is pure
     return is_symbolic_scalar_op(node)
 

@@ -23,11 +23,10 @@ import logging
 import operator
 from typing import Any
 
-import torch
 import torch.fx as fx
 from torch._ops import OpOverload
 
-from .cleanup import COLLECTIVE_NAMESPACES
+from .cleanup import is_pure_op
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +43,7 @@ def _mergeable(node: fx.Node) -> bool:
         return True
     if not isinstance(target, OpOverload):
         return False
-    return (not target._schema.is_mutable
-            and torch.Tag.nondeterministic_seeded not in target.tags
-            and target.namespace not in COLLECTIVE_NAMESPACES
-            and target._schema.name.split("::")[-1] not in _UNINITIALIZED)
+    return is_pure_op(target) and target._schema.name.split("::")[-1] not in _UNINITIALIZED
 
 
 def _reaching_outputs(graph: fx.Graph) -> set[fx.Node]:
