@@ -512,12 +512,19 @@ def _samples_of(name: str, dtype: torch.dtype, every: bool) -> tuple[list[Sample
         return ([made], []) if isinstance(made, Sample) else ([], [made])
     opinfo = opinfo_of(name)
     samples, reasons, seen = [], [], set()
+    traced: set[frozenset[Any]] = set()  # eager ops + keywords of each sample traced already
     # sample_inputs_func, not sample_inputs: that one inspects the stack for every sample
     for index, sample in enumerate(opinfo.sample_inputs_func(opinfo, "cpu", dtype, False)):
         call = _sample_call(name, sample)
         keywords = {f"keyword {key}" for key in sample.kwargs}
-        if not (every or isinstance(call, str)) and _eager_ops(*call) | keywords <= seen:
-            continue  # checked before tracing: most samples are left out here, and make_fx is slow
+        if not (every or isinstance(call, str)):
+            # checked before tracing: most samples are left out here, and make_fx is slow. A
+            # sample calling what a traced one called brings nothing new either (eager may call
+            # ops the traced graph never holds: max_pool2d's backward sample has 1440 of those)
+            signature = frozenset(_eager_ops(*call) | keywords)
+            if signature <= seen or signature in traced:
+                continue
+            traced.add(signature)
         made = call if isinstance(call, str) else _make_sample(name, index, dtype, *call)
         if isinstance(made, Sample) and not (every or (made.ops | keywords) - seen):
             continue

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from .static_launch import StaticLaunch
+
 log = logging.getLogger(__name__)
 
 _ALIGNMENT = 16  # bytes: Triton specializes pointers on `data_ptr() % 16 == 0`
@@ -79,13 +81,16 @@ class DirectLauncher:
         if found is None:
             self._first_launch(key, plan, inputs, outputs, status)
             return
-        run, function, metadata, compiled = found
+        run, function, metadata, compiled, static = found
         stream = current_stream(device)
         enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
         args = (*inputs, *outputs, *plan.sizes, *status, *plan.blocks)
         # A hook (e.g. a profiler's) gets the launch's metadata; an empty HookChain is inactive.
-        launch_metadata = (compiled.launch_metadata(plan.grid, stream, *args)
-                           if enter is not None and getattr(enter, "calls", True) else None)
+        hooked = enter is not None and getattr(enter, "calls", True)
+        if static is not None and not hooked:
+            if self._static_launch(key, static, plan, stream, args):
+                return
+        launch_metadata = compiled.launch_metadata(plan.grid, stream, *args) if hooked else None
         if self._proven:
             run(plan.grid[0], 1, 1, stream, function, metadata, launch_metadata, enter, leave, *args)
             return
@@ -108,8 +113,26 @@ class DirectLauncher:
                       outputs: Sequence[torch.Tensor], status: Sequence[torch.Tensor]) -> None:
         compiled = self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, *status, **plan.launch)
         try:
-            self._launchers[key] = (compiled.run, compiled.function, compiled.packed_metadata, compiled)
+            run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
         except AttributeError:
             log.info("codegen_triton: this Triton's compiled kernels have no direct launcher; "
                      "every launch goes through JITFunction[grid](...)")
             self._direct = False
+            return
+        self._launchers[key] = (run, function, metadata, compiled, StaticLaunch.of(compiled, key[0]))
+
+    def _static_launch(self, key: tuple, static: StaticLaunch, plan: Any, stream: int, args: tuple) -> bool:
+        """Launch through torch's C++ launcher; False (and Triton's launcher from now on for
+        this key) when its first launch refuses the arguments."""
+        if static.proven:
+            static.launch(plan.grid[0], stream, args)
+            return True
+        try:
+            static.launch(plan.grid[0], stream, args)
+        except (TypeError, ValueError, RuntimeError) as error:
+            log.warning("codegen_triton: static launch of %s failed (%s); using Triton's launcher",
+                        getattr(self.jit_function, "__name__", "?"), error)
+            self._launchers[key] = (*self._launchers[key][:4], None)
+            return False
+        static.proven = self._proven = True
+        return True
