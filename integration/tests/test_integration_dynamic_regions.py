@@ -92,9 +92,10 @@ def test_strided_slice_of_float64(codegen):
         torch.testing.assert_close(compiled(*args), _strided_float64(*args))
 
 
+@pytest.mark.xfail(strict=True, reason="codegen_triton loads at a scalar index (an indirect index read "
+                                       "from a 1-element tensor) with a block mask: 'Mask argument cannot "
+                                       "be block type if pointer argument is not a block'")
 def test_index_after_a_reduction_on_the_triton_interpreter():
-    """An index read from a one-element tensor is a scalar; its load takes the block masks'
-    shape (Triton refuses a block mask on a scalar pointer)."""
     compiled = _compile(_index_after_reduction, "cuda")
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), _index_after_reduction(x))

@@ -200,14 +200,7 @@ class TritonHandler(TextHandler):
         pointer = f"{self.pointer(name)} + {self._offset(index)}"
         if not masks:  # one element for every lane: a scalar load, always in bounds
             return self.var(f"tl.load({pointer})")
-        mask = " & ".join(masks)
-        if not any(s in self.index_vars for s in sympy.sympify(index).free_symbols):
-            # Only indirect indices, which may be scalars (read from a one-element tensor),
-            # under block masks: the pointer takes the masks' shape (Triton refuses a block
-            # mask on a scalar pointer).
-            mask = self.var(mask)
-            pointer = f"{pointer} + tl.zeros({mask}.shape, tl.int32)"
-        return self.var(f"tl.load({pointer}, {mask})")
+        return self.var(f"tl.load({pointer}, {' & '.join(masks)})")
 
     def _recompute(self, name: str, index: sympy.Expr) -> str:
         """A row temporary's value where the current loop loads it: its node's body, emitted
