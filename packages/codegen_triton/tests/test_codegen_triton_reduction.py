@@ -179,3 +179,14 @@ def test_split_reductions_run(fn, tmp_path):
     assert sum(isinstance(n.body, Reduction) for k in kernel_graph.kernels for n in k.nodes) == 2
     torch.testing.assert_close(compile(kernel_graph, TritonOptions(cache_dir=tmp_path))(x), fn(x),
                                rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.cumsum(x, 0), lambda x: torch.cumsum(x.double(), 0)])
+def test_split_scans_run(fn, tmp_path):
+    """A long cumsum of one row (loopir's split scans, on for this codegen): chunk scans over
+    512 programs, a scan of the chunks' totals, then the combine."""
+    x = torch.randn(1 << 18)
+    kernel_graph = lower(make_fx(fn)(x), split_reductions=True)
+    assert len(kernel_graph.kernels) == 3
+    torch.testing.assert_close(compile(kernel_graph, TritonOptions(cache_dir=tmp_path))(x), fn(x),
+                               rtol=1e-5, atol=1e-3)

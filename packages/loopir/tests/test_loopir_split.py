@@ -1,5 +1,6 @@
 """`LowerOptions.split_reductions`: a long sum/prod/max/min into few outputs becomes partial
-reductions over chunks of its first reduced dim, then a reduction of the partials."""
+reductions over chunks of its first reduced dim, then a reduction of the partials;
+long cumsum/cumprod over few rows become chunk scans, a scan of their totals and a combine."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from kiln.loopir import Reduction, lower, verify
+from kiln.loopir import Reduction, Scan, lower, verify
 from kiln.loopir._internal.lower_split import split_factor
 
 
@@ -59,3 +60,38 @@ def test_split_factor():
     assert split_factor(1, (1 << 26,), reduces_last_dim=True) == 1024
     assert split_factor(4096, (16384,), reduces_last_dim=True) == 1  # 4096 rows keep a GPU busy
     assert split_factor(1000, (3, 100000), reduces_last_dim=False) == 3  # the first dim's divisors only
+
+
+def _scans(kg):
+    return [n for k in kg.kernels for n in k.nodes if isinstance(n.body, Scan)]
+
+
+SCANS = {
+    "cumsum of one long vector": (lambda x: torch.cumsum(x, 0), (torch.randn(1 << 19),)),
+    "cumsum along the last dim of two long rows, float64": (lambda x: torch.cumsum(x, -1),
+                                                            (torch.randn(2, 1 << 18, dtype=torch.float64),)),
+    "int64 cumsum over dim 0 of two columns": (lambda x: torch.cumsum(x, 0), (torch.randint(-5, 5, (1 << 18, 2)),)),
+    "cumprod near 1": (lambda x: torch.cumprod(1 + 1e-6 * x, 0), (torch.randn(1 << 18, dtype=torch.float64),)),
+    "bfloat16 cumsum: float32 partial scans": (lambda x: torch.cumsum(x, 1),
+                                               (torch.randn(2, 1 << 18, dtype=torch.bfloat16),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCANS))
+def test_long_scans_over_few_rows_split(name):
+    """cumsum/cumprod: chunk scans, a scan of the chunks' last values, then a pointwise combine."""
+    fn, args = SCANS[name]
+    whole, split = _lowered(fn, *args, split=False), _lowered(fn, *args, split=True)
+    assert len(_scans(whole)) == 1 and len(_scans(split)) == 2
+    assert all(n.spec.dtype != torch.bfloat16 for n in _scans(split)), "partial scans stay float32"
+    want = fn(*args)
+    low = want.dtype == torch.bfloat16
+    # bfloat16: eager rounds the float32 running sum to bf16 per element, as kiln does
+    torch.testing.assert_close(split(*args), want, rtol=1e-2 if low else 1e-5, atol=4.0 if low else 1e-3)
+
+
+def test_short_or_many_row_scans_and_logcumsumexp_stay_whole():
+    for fn, args in [(lambda x: torch.cumsum(x, -1), (torch.randn(2048, 512),)),  # enough rows
+                     (lambda x: torch.cumsum(x, 0), (torch.randn(4099),)),  # small
+                     (lambda x: torch.logcumsumexp(x, 0), (torch.randn(1 << 19),))]:  # no pointwise combine
+        assert len(_scans(_lowered(fn, *args, split=True))) == 1

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import sympy
 import torch
 
 from .ir import Scan
 from .lower import LoweringError, node_location
 from .lower_pointwise import out_dtype_size
+from .lower_split import split_factor
 from .registry import Lowerings
-from .sizes import Expr, compute_dtype, to_exprs
+from .sizes import Expr, FloorDiv, compute_dtype, numel, to_exprs
 from .values import Lazy
 
 aten = torch.ops.aten
 TABLE = Lowerings()
+SPLIT_SCAN_TYPES = ("sum", "prod")  # with `split_reductions`: long scans over few rows (see _split_scan)
 
 
 def _scan(ctx: Any, node: Any, x: Any, dim: int, scan_type: str) -> Any:
@@ -41,8 +44,51 @@ def _scan(ctx: Any, node: Any, x: Any, dim: int, scan_type: str) -> Any:
         return value if loaded == computed else ops.to_dtype(value, computed)
 
     outer = (*size[:dim], *size[dim + 1:])
+    split = split_factor(numel(outer), (size[dim],), dim == rank - 1) \
+        if ctx.split_reductions and scan_type in SPLIT_SCAN_TYPES else 1
+    if split > 1:
+        return _split_scan(ctx, node, inner, size, dim, scan_type, computed, split, dtype)
     body = Scan(outer, (size[dim],), scan_type, inner, computed, scan_dim=dim)
     return ctx.add_reduction(body, size, node.name, dtype, node.meta.get("val"))
+
+
+def _split_scan(ctx: Any, node: Any, inner: Any, size: tuple[Expr, ...], dim: int, scan_type: str,
+                computed: torch.dtype, split: int, dtype: torch.dtype) -> Any:
+    """A long scan over few rows in three steps, each with `split` times the parallel work:
+
+        local[.., s, r, ..]  = scan of chunk s up to r    (chunks of the scanned dim)
+        prefix[.., s, ..]    = scan of local[.., s, last, ..] over s   (short)
+        out[.., s*C + r, ..] = local[.., s, r, ..] combined with prefix[.., s - 1, ..]
+
+    Only sum and prod split (their combine is a pointwise op); the partial scans keep the
+    compute dtype (float32 for bfloat16/float16)."""
+    chunk = sympy.Integer(int(size[dim]) // split)
+    before, after = size[:dim], size[dim + 1:]
+
+    def chunk_fn(ops: Any, index: tuple[Expr, ...], rindex: tuple[Expr, ...]) -> Any:
+        return inner(ops, (*index[:dim], *index[dim + 1:]), (index[dim] * chunk + rindex[0],))
+
+    local_size = (*before, sympy.Integer(split), chunk, *after)
+    local = ctx.add_reduction(Scan((*before, sympy.Integer(split), *after), (chunk,), scan_type, chunk_fn, computed,
+                                   scan_dim=dim + 1), local_size, node.name, computed)
+
+    def total_fn(ops: Any, index: tuple[Expr, ...], rindex: tuple[Expr, ...]) -> Any:
+        return local.load(ops, (*index[:dim], rindex[0], chunk - 1, *index[dim:]))
+
+    prefix = ctx.add_reduction(Scan((*before, *after), (sympy.Integer(split),), scan_type, total_fn, computed,
+                                    scan_dim=dim), (*before, sympy.Integer(split), *after), node.name, computed)
+    combine = "add" if scan_type == "sum" else "mul"
+
+    def out_fn(ops: Any, index: tuple[Expr, ...]) -> Any:
+        position = index[dim]
+        s, r = FloorDiv(position, chunk), sympy.Mod(position, chunk)
+        own = local.load(ops, (*index[:dim], s, r, *index[dim + 1:]))
+        earlier = prefix.load(ops, (*index[:dim], sympy.Max(s - 1, 0), *index[dim + 1:]))
+        first = ops.eq(ops.index_expr(s, torch.int64), ops.constant(0, torch.int64))
+        return ops.where(first, own, getattr(ops, combine)(earlier, own))
+
+    lazy = Lazy(dtype, size, out_fn, (node.name,), computed if computed != dtype else None)
+    return ctx.realize(lazy, node.meta.get("val"))
 
 
 def _converted(node: Any, x: Any, dtype: torch.dtype) -> Lazy:
