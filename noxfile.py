@@ -43,7 +43,7 @@ def tests(session: nox.Session) -> None:
     (at most 4; `nox -s tests -- -n 0` runs them in one process)."""
     _install_for_tests(session)
     _install(session, "pytest-xdist")
-    session.run("pytest", "-n", "auto", "--maxprocesses", "4", "--dist", "worksteal", "--durations=30",
+    session.run("pytest", "-n", "auto", "--maxprocesses", "4", "--dist", "loadgroup", "--durations=30",
                 *session.posargs,
                 env={"TRITON_INTERPRET": "1"})
 

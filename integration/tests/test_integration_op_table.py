@@ -691,6 +691,7 @@ class Table:
         }
         self._samples: dict[torch.dtype, tuple[dict[str, list[Sample]], dict[str, list[str]]]] = {}
         self._outcomes: dict[tuple[str, torch.dtype], dict[str, list[Outcome]]] = {}
+        self._known: dict[tuple[str, torch.dtype, str], list[Outcome]] = {}
 
     def samples(self, dtype: torch.dtype) -> tuple[dict[str, list[Sample]], dict[str, list[str]]]:
         """op -> its samples of `dtype` in the table; op -> why the others are left out."""
@@ -706,35 +707,56 @@ class Table:
             self._samples[dtype] = samples, left_out
         return self._samples[dtype]
 
+    def runnable(self, backend: str, dtype: torch.dtype) -> dict[str, list[Sample]]:
+        """op -> its samples of `dtype` that `backend` runs: a sample holding a dtype the backend
+        lacks (a float32 `to(bfloat16)` on C++) sits out."""
+        return {name: [s for s in samples if s.dtypes <= backend_dtypes(backend)]
+                for name, samples in self.samples(dtype)[0].items()}
+
     def outcomes(self, backend: str, dtype: torch.dtype) -> dict[str, list[Outcome]]:
         """op -> the outcome of each of its samples of `dtype` on `backend`."""
         if (backend, dtype) not in self._outcomes:
-            # a sample holding a dtype the backend lacks (a float32 `to(bfloat16)` on C++) sits out
-            by_op = {name: [s for s in samples if s.dtypes <= backend_dtypes(backend)]
-                     for name, samples in self.samples(dtype)[0].items()}
+            by_op = self.runnable(backend, dtype)
+            known = [name for name in by_op if xfail_reason(name, dtype, backend)]
+            rest = [s for name, samples in by_op.items() if name not in known for s in samples]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                if backend == "reference":
-                    results = [run_reference(s) for samples in by_op.values() for s in samples]
-                else:
-                    # each known failure compiles apart: it never sends the big batch into halving
-                    known = [name for name in by_op if xfail_reason(name, dtype, backend)]
-                    rest = [s for name, samples in by_op.items() if name not in known for s in samples]
-                    codegen = self.codegens[backend]
-                    results = codegen.run(rest) + [o for name in known for o in codegen.run(by_op[name], True)]
+                results = self._run(backend, rest) + [o for name in known for o in self._known_failure(backend, dtype, name)]
             outcomes: dict[str, list[Outcome]] = {name: [] for name in by_op}
             for outcome in results:
                 outcomes[outcome.sample.op].append(outcome)
             self._outcomes[backend, dtype] = outcomes
         return self._outcomes[backend, dtype]
 
+    def _run(self, backend: str, samples: list[Sample], apart: bool = False) -> list[Outcome]:
+        if backend == "reference":
+            return [run_reference(s) for s in samples]
+        return self.codegens[backend].run(samples, apart)
+
+    def _known_failure(self, backend: str, dtype: torch.dtype, name: str) -> list[Outcome]:
+        """Outcomes of a known failure's samples, compiled apart: it never sends the big batch
+        into halving, and the coverage check runs it without the rest of the dtype."""
+        if (backend, dtype, name) not in self._known:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._known[backend, dtype, name] = self._run(backend, self.runnable(backend, dtype)[name], True)
+        return self._known[backend, dtype, name]
+
     def covered_ops(self, backend: str, opinfo_only: bool = False) -> set[Any]:
-        """Ops of the samples that matched eager on `backend` (of OpInfo samples only)."""
+        """Ops of the samples that match eager on `backend` (of OpInfo samples only).
+
+        Every table entry that is not a known failure asserts that all its samples match
+        (`test_op_matches_eager`), so their ops count without running them here: with the
+        entries spread over xdist workers by dtype, this test then builds samples, not every
+        dtype's compiled batches again. Known failures' samples run, and count where they match."""
         covered: set[Any] = set()
         for dtype in backend_dtypes(backend) & {*DTYPES, *SMALL_INTS}:
-            for name, outcomes in self.outcomes(backend, dtype).items():
-                if not (opinfo_only and name in HAND_WRITTEN):
-                    covered.update(*(o.sample.ops for o in outcomes if o.problem is None))
+            for name, samples in self.runnable(backend, dtype).items():
+                if opinfo_only and name in HAND_WRITTEN:
+                    continue
+                if xfail_reason(name, dtype, backend):
+                    samples = [o.sample for o in self._known_failure(backend, dtype, name) if o.problem is None]
+                covered.update(*(s.ops for s in samples))
         return covered
 
 
@@ -755,6 +777,9 @@ def _params():
                     marks.append(pytest.mark.skip(reason=f"low precision: issue 13 ({backend} lacks {dtype})"))
                 elif reason := xfail_reason(name, dtype, backend):
                     marks.append(pytest.mark.xfail(strict=True, reason=reason))
+                # One xdist worker per dtype (`--dist loadgroup`): the table's samples and
+                # compiled batches of a dtype are built once, not on every worker.
+                marks.append(pytest.mark.xdist_group(f"op_table_{str(dtype).removeprefix('torch.')}"))
                 yield pytest.param(name, dtype, backend, marks=marks,
                                    id=f"{name}-{str(dtype).removeprefix('torch.')}-{backend}")
 
