@@ -63,6 +63,12 @@ REGRESSIONS = {
     # Triton: a load at a constant index tensor (no loop variable) under a block mask
     "triton_load_at_a_constant_index": ([((2,), "float32")], ["v0 = x0[torch.tensor([1])] * x0[0]",
                                                               "v1 = v0.cumsum(-1)"], ["v0", "v1"], "cuda", True),
+    # strides: eager's roll keeps its input's memory format, torch's meta kernel (the graph's
+    # fake values) gives a contiguous tensor
+    "roll_keeps_channels_last_cpu": ([((4, 5, 4, 4), "float32", "channels_last")],
+                                     ["v0 = x0.roll(1, -2)", "v1 = x0.roll((1, 2), (0, 1))"], ["v0", "v1"], "cpu", False),
+    "roll_keeps_channels_last_triton_dynamic": ([((2, 3, 4, 5), "float32", "channels_last")], ["v0 = x0.roll(1, 0)"],
+                                                ["v0"], "cuda", True),
 }
 
 
