@@ -204,7 +204,8 @@ class TritonHandler(TextHandler):
         if not sympy.sympify(index).free_symbols & set(self.index_vars):
             # no loop variable in the index (x[c] for a constant index tensor c): the pointer may
             # be a scalar, which a block mask cannot mask; broadcast it to the mask's shape
-            pointer = f"{pointer} + tl.zeros(({mask}).shape, tl.int32)"
+            mask = self.var(mask) if len(masks) > 1 else mask
+            pointer = f"{pointer} + tl.zeros({mask}.shape, tl.int32)"
         return self.var(f"tl.load({pointer}, {mask})")
 
     def _recompute(self, name: str, index: sympy.Expr) -> str:
