@@ -63,6 +63,12 @@ REGRESSIONS = {
     # Triton: a load at a constant index tensor (no loop variable) under a block mask
     "triton_load_at_a_constant_index": ([((2,), "float32")], ["v0 = x0[torch.tensor([1])] * x0[0]",
                                                               "v1 = v0.cumsum(-1)"], ["v0", "v1"], "cuda", True),
+    # Triton: sympy's Mod(39 - m, 2) became Mod(1 - m, 2), negative for m > 1, printed as Triton's
+    # truncating % (a wrong value)
+    "triton_mod_of_a_negative_dividend": ([((2, 2, 2, 5), "float32", "channels_last")],
+                                          ["v0 = x0.transpose(-2, 3)", "v1 = v0.reshape(-1)",
+                                           "v2 = torch.cat([v1, v1.flip(-1)], -1)", "v3 = torch.sigmoid(v2)"],
+                                          ["v3", "v0"], "cuda", False),
     # strides: eager's roll keeps its input's memory format, torch's meta kernel (the graph's
     # fake values) gives a contiguous tensor
     "roll_keeps_channels_last_cpu": ([((4, 5, 4, 4), "float32", "channels_last")],
