@@ -95,3 +95,14 @@ def test_strides_are_compared_with_a_layout_in_the_mix(fuzz):
         "a computed output's layout differs", "output 0 [2, 3, 4, 5]: strides (60, 20, 5, 1) where eager gives "
         "(60, 1, 15, 3)")
     assert fuzz._compare_strides([x * 1], [x], []) is None
+
+
+@pytest.mark.xfail(strict=True, reason="codegen_cpp: a kernel reads row_buf4[r0] outside any row loop "
+                                       "(''r0' was not declared'): a max over a dim of 1 with lerp and an "
+                                       "input zeroed in place (fuzz seed 22001026)")
+def test_cpp_row_buffer_read_outside_its_row_loop(fuzz):
+    program = fuzz.Program(22001026, [((1,), "float32"), ((1,), "float32")],
+                           ["x1[0].zero_()", "v0 = x0.max(-1, keepdim=True)[0]", "v1 = torch.lerp(v0, x1, 0.3)"],
+                           ["v1"])
+    outcome = fuzz.run_one(program, "cpu", dynamic=False)
+    assert outcome.kind == "ok", f"{outcome.kind}: {outcome.category}"
