@@ -94,15 +94,17 @@ def test_repro_after_aot_level_4_checks_each_region_against_eager(grad, monkeypa
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     model = torch.nn.Linear(8, 8)
     torch._dynamo.reset()
-    config = torch._dynamo.config.patch(repro_after="aot", repro_level=4)
+    config = torch._dynamo.config.patch(repro_after="aot", repro_level=4, debug_dir_root=str(tmp_path / "debug"))
     with config, torch.set_grad_enabled(grad), pytest.raises(RegionMismatchError, match="kernel") as raised:
         torch.compile(lambda x: _program(model, x), backend="kiln")(torch.randn(4, 8))
-    assert "sin" in str(raised.value)
+    assert "sin" in str(raised.value) and "minifier_launcher.py" in str(raised.value)
+    assert list((tmp_path / "debug").rglob("minifier_launcher.py"))
 
 
-def test_repro_after_aot_level_1_says_it_writes_no_repro():
+def test_repro_after_aot_level_1_says_it_writes_no_repro(tmp_path):
     torch._dynamo.reset()
-    with torch._dynamo.config.patch(repro_after="aot", repro_level=1), pytest.warns(UserWarning, match="no repro"):
+    config = torch._dynamo.config.patch(repro_after="aot", repro_level=1, debug_dir_root=str(tmp_path))
+    with config, pytest.warns(UserWarning, match="no repro"):
         torch.compile(lambda x: x.exp() + 1, backend="kiln", options={"codegen": "reference"})(torch.randn(4))
 
 
