@@ -3,14 +3,18 @@
 Each program is a few lines of PyTorch over one to three random inputs, drawn from pointwise
 ops, reductions, views, indexing, cat/stack, softmax and norms, casts, and in-place ops (on
 inputs too). A program is grown one line at a time, each line kept only if eager runs it, so
-every program is valid eager code. Each runs through one configuration, round robin over
-{C++ codegen, Triton interpreter} x {static shapes, dynamic shapes}, with `fallback=False`,
-and kiln's outputs (and the inputs it mutated) are compared with eager's.
+every program is valid eager code. Inputs are contiguous, channels-last (4-d) or transposed
+(their last two dims' strides swapped), so layouts other than the default reach every op. Each
+runs through one configuration, round robin over {C++ codegen, Triton interpreter} x {static
+shapes, dynamic shapes}, with `fallback=False`, and kiln's outputs (and the inputs it mutated)
+are compared with eager's: values, and significant strides (issue 19: a compiled output keeps
+eager's layout; `torch._prims_common.check_significant_strides`).
 
 Casts to bfloat16 are left out of programs run on Triton's interpreter (its bfloat16 casts are
 wrong: float32 truncated, float64 garbage; a GPU's are right).
 
-Outcomes: ok; wrong (values differ: a kiln bug, printed with the program); kiln error (kiln
+Outcomes: ok; wrong (values differ: a kiln bug, printed with the program); wrong_strides
+(values equal, an output's significant strides differ from eager's); kiln error (kiln
 raised, counted by category); Dynamo refused (Dynamo itself would not trace the program);
 no kernels (kiln compiled the graph but generated no kernel, e.g. a program of views only).
 
@@ -42,8 +46,11 @@ import torch  # noqa: E402
 
 from kiln.integration import explain  # noqa: E402
 
+FAILING = ("wrong", "wrong_strides")  # outcomes that make the run fail
 CODEGENS = ("cpu", "cuda")  # kiln codegen names: C++, and Triton (its interpreter on CPU tensors)
 SIZES = (1, 2, 3, 4, 5, 7, 8, 16)
+SIZES_4D = (1, 2, 3, 4, 5, 7)  # 4-d inputs (the channels-last ones) stay within 2,401 elements
+LAYOUTS = ("contiguous", "channels_last", "transposed")
 
 # Templates by how they use their operands. `{a}`/`{b}`: values; `{d}`/`{e}`: dims of `{a}`;
 # `{k}`: keepdim. Discontinuous ops (floor, comparisons into casts, argmax) only take exact
@@ -97,7 +104,7 @@ class Program:
     """A random program: input specs, then lines assigning `v<i>`, then the returned values."""
 
     seed: int
-    inputs: list[tuple[tuple[int, ...], str]]  # (shape, dtype name) of x0, x1, ...
+    inputs: list[tuple[Any, ...]]  # (shape, dtype name[, layout]) of x0, x1, ...; layout: LAYOUTS
     lines: list[str]
     outputs: list[str]
 
@@ -113,13 +120,31 @@ class Program:
 
     def make_inputs(self) -> list[torch.Tensor]:
         generator = torch.Generator().manual_seed(self.seed)
-        return [torch.randn(shape, generator=generator, dtype=getattr(torch, dtype))
-                for shape, dtype in self.inputs]
+        return [laid_out(torch.randn(spec[0], generator=generator, dtype=getattr(torch, spec[1])), _layout(spec))
+                for spec in self.inputs]
 
     def repro(self) -> str:
-        specs = ", ".join(f"torch.randn({list(s)}, dtype=torch.{d}, generator=g)" for s, d in self.inputs)
+        specs = ", ".join(f"torch.randn({list(s[0])}, dtype=torch.{s[1]}, generator=g){_LAYOUT_SOURCE[_layout(s)]}"
+                          for s in self.inputs)
         return (f"import torch\n{self.source()}\ng = torch.Generator().manual_seed({self.seed})\n"
                 f"args = [{specs}]\n")
+
+
+_LAYOUT_SOURCE = {"contiguous": "", "channels_last": ".contiguous(memory_format=torch.channels_last)",
+                  "transposed": ".transpose(-1, -2).contiguous().transpose(-1, -2)"}
+
+
+def _layout(spec: tuple[Any, ...]) -> str:
+    return spec[2] if len(spec) > 2 else "contiguous"
+
+
+def laid_out(tensor: torch.Tensor, layout: str) -> torch.Tensor:
+    """`tensor`'s values in `layout` (LAYOUTS): the same values, other strides."""
+    if layout == "channels_last":
+        return tensor.contiguous(memory_format=torch.channels_last)
+    if layout == "transposed":
+        return tensor.transpose(-1, -2).contiguous().transpose(-1, -2)
+    return tensor
 
 
 def _fill(template: str, rng: random.Random, names: list[str], values: dict[str, torch.Tensor]) -> str | None:
@@ -150,12 +175,12 @@ def generate(seed: int, bfloat16: bool = True) -> Program:
     rng = random.Random(seed)
     inputs = []
     for _ in range(rng.randint(1, 3)):
-        rank = rng.randint(1, 3)
+        rank = rng.randint(1, 4)
         dtype = "float64" if rng.random() < 0.1 else "float32"
-        shape = tuple(rng.choice(SIZES) for _ in range(rank))
+        shape = tuple(rng.choice(SIZES if rank < 4 else SIZES_4D) for _ in range(rank))
         if inputs and rng.random() < 0.6:
             shape = inputs[0][0]  # same shapes make binary ops and cat likelier to apply
-        inputs.append((shape, dtype))
+        inputs.append((shape, dtype, _pick_layout(rng, len(shape))))
     program = Program(seed, inputs, [], [])
     values = {f"x{i}": t for i, t in enumerate(program.make_inputs())}
     exact = set(values)
@@ -170,6 +195,13 @@ def generate(seed: int, bfloat16: bool = True) -> Program:
     produced = [n for n in values if n.startswith("v")]
     program.outputs = rng.sample(produced, k=min(len(produced), rng.randint(1, 2))) if produced else ["x0 * 1"]
     return program
+
+
+def _pick_layout(rng: random.Random, rank: int) -> str:
+    """Half the 4-d inputs channels-last; a quarter of the other inputs of rank >= 2 transposed."""
+    if rank == 4 and rng.random() < 0.5:
+        return "channels_last"
+    return "transposed" if rank >= 2 and rng.random() < 0.25 else "contiguous"
 
 
 def _add_line(program: Program, rng: random.Random, values: dict[str, torch.Tensor], exact: set[str],
@@ -219,7 +251,7 @@ class Outcome:
     seed: int
     codegen: str
     dynamic: bool
-    kind: str  # ok, wrong, kiln_error, dynamo_refused, no_kernels
+    kind: str  # ok, wrong, wrong_strides, kiln_error, dynamo_refused, no_kernels
     category: str = ""
     detail: str = ""
     seconds: float = 0.0
@@ -246,6 +278,28 @@ def _compare(kiln: Any, eager: Any, float64_only: bool) -> str | None:
         except AssertionError as exc:
             return f"output {i}: {str(exc).splitlines()[-3:]}"
     return None
+
+
+def _compare_strides(kiln: Any, eager: Any, eager_inputs: list[torch.Tensor]) -> tuple[str, str] | None:
+    """None if every output's significant strides (those of dims longer than 1) equal eager's,
+    else (the kind of difference, what differs)."""
+    for i, (got, want) in enumerate(zip(kiln, eager, strict=True)):
+        same, _dim = torch._prims_common.check_significant_strides(got, want, only_cuda=False)
+        if not same:
+            detail = f"output {i} {list(want.shape)}: strides {got.stride()} where eager gives {want.stride()}"
+            return _stride_cause(want, eager_inputs), detail
+    return None
+
+
+def _stride_cause(want: torch.Tensor, eager_inputs: list[torch.Tensor]) -> str:
+    """Why an output's strides can differ: eager returns a view (of an input, or of a value the
+    program computed) where kiln returns a copy, or a computed value's layout differs."""
+    storage = want.untyped_storage().data_ptr()
+    if any(storage == t.untyped_storage().data_ptr() for t in eager_inputs):
+        return "eager returns a view of an input"
+    if want._base is not None:
+        return "eager returns a view of an intermediate"
+    return "a computed output's layout differs"
 
 
 _NUMBERS = re.compile(r"\d+")
@@ -295,11 +349,14 @@ def run_one(program: Program, codegen: str, dynamic: bool) -> Outcome:
     if not captured:
         outcome.kind, outcome.category = "dynamo_refused", "no output captured"
         return outcome
-    float64_only = all(dtype == "float64" for _, dtype in program.inputs) and not re.search(
+    float64_only = all(spec[1] == "float64" for spec in program.inputs) and not re.search(
         r"float\(\)|half|bfloat16|int32|int64|float32", program.source())
     mismatch = _compare(list(captured[-1]) + kiln_inputs, eager, float64_only)
+    strides = _compare_strides(list(captured[-1]) + kiln_inputs, eager, eager_inputs)
     if mismatch is not None:
         outcome.kind, outcome.detail = "wrong", mismatch
+    elif strides is not None:
+        outcome.kind, (outcome.category, outcome.detail) = "wrong_strides", strides
     elif report.kernel_count == 0:
         outcome.kind = "no_kernels"
     return outcome
@@ -374,7 +431,7 @@ def summarize(outcomes: list[Outcome]) -> str:
         lines.append(f"  {codegen:5} {shapes:8} {kind:15} {count}")
     kinds = collections.Counter(o.kind for o in outcomes)
     lines.append("totals: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
-    for kind in ("kiln_error", "dynamo_refused"):
+    for kind in ("wrong_strides", "kiln_error", "dynamo_refused"):
         categories = collections.Counter(o.category for o in outcomes if o.kind == kind)
         if categories:
             lines.append(f"{kind} by category:")
@@ -408,12 +465,12 @@ def main(argv: list[str] | None = None) -> int:
             if log is not None:
                 log.write(json.dumps({**dataclasses.asdict(outcome), "program": program.repro()}) + "\n")
                 log.flush()
-            if outcome.kind == "wrong" or (args.show_errors and outcome.kind == "kiln_error"):
+            if outcome.kind in FAILING or (args.show_errors and outcome.kind == "kiln_error"):
                 print(f"--- {outcome.kind} ({outcome.codegen}, dynamic={outcome.dynamic}): "
                       f"{outcome.category}{outcome.detail[:600]}\n{program.repro()}", flush=True)
     print(summarize(outcomes))
     print(f"{time.perf_counter() - started:.0f} s")
-    return 1 if any(o.kind == "wrong" for o in outcomes) else 0
+    return 1 if any(o.kind in FAILING for o in outcomes) else 0
 
 
 if __name__ == "__main__":

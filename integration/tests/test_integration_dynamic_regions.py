@@ -92,10 +92,9 @@ def test_strided_slice_of_float64(codegen):
         torch.testing.assert_close(compiled(*args), _strided_float64(*args))
 
 
-@pytest.mark.xfail(strict=True, reason="codegen_triton loads at a scalar index (an indirect index read "
-                                       "from a 1-element tensor) with a block mask: 'Mask argument cannot "
-                                       "be block type if pointer argument is not a block'")
 def test_index_after_a_reduction_on_the_triton_interpreter():
+    """codegen_triton once loaded at a scalar index (an indirect index read from a 1-element
+    tensor) under a block mask: 'Mask argument cannot be block type if pointer argument is not a block'."""
     compiled = _compile(_index_after_reduction, "cuda")
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), _index_after_reduction(x))

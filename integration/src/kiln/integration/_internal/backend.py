@@ -80,20 +80,20 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | No
 
 def _repro_after_aot(options: KilnOptions) -> KilnOptions:
     """``TORCHDYNAMO_REPRO_AFTER=aot``: Dynamo's after-AOT minifier wraps Inductor's compiler
-    only, so for kiln it would do nothing. kiln's check at that level (its ATen graphs): with
-    ``TORCHDYNAMO_REPRO_LEVEL=4`` every compiled region runs against its ATen ops eagerly on its
-    first call (``verify_calls=1``, forward and backward), and a difference raises
-    `RegionMismatchError` naming the region and the first kernel that differs; levels 1-3 warn
-    that no after-AOT repro is written and name what does (``REPRO_AFTER=dynamo``, `bisect`)."""
+    only, so for kiln it would do nothing. kiln's own works on its ATen graphs' compiled regions
+    (`checked.py`): at ``TORCHDYNAMO_REPRO_LEVEL`` 2-4 each region is wrapped for its first call
+    (``verify_calls=1``, forward and backward) and writes Dynamo's minifier launcher for its
+    ATen graph when it raises (2), always (3), or when its outputs differ from eager's (4, which
+    raises `RegionMismatchError` naming the region and the first kernel that differs); level 1
+    warns that it writes nothing."""
     if torch._dynamo.config.repro_after != "aot":
         return options
-    if torch._dynamo.config.repro_level == 4:
-        log.warning("kiln: TORCHDYNAMO_REPRO_AFTER=aot, level 4: each compiled region is checked against eager "
-                    "ATen on its first call (verify_calls=1); kiln.integration.bisect writes a repro script")
+    if torch._dynamo.config.repro_level >= 2:
+        log.warning("kiln: TORCHDYNAMO_REPRO_AFTER=aot, level %d: each compiled region writes a minifier launcher "
+                    "on its first call (see kiln.integration's README)", torch._dynamo.config.repro_level)
         return options if options.verify_calls else dataclasses.replace(options, verify_calls=1)
-    warnings.warn("kiln: TORCHDYNAMO_REPRO_AFTER=aot writes no repro for kiln (Dynamo's after-AOT minifier drives "
-                  "Inductor's compiler); use TORCHDYNAMO_REPRO_AFTER=dynamo, level 4 at the aot level (each region "
-                  "checked against eager), or kiln.integration.bisect", stacklevel=3)
+    warnings.warn("kiln: TORCHDYNAMO_REPRO_AFTER=aot at level 1 writes no repro for kiln; use levels 2-4, "
+                  "TORCHDYNAMO_REPRO_AFTER=dynamo, or kiln.integration.bisect", stacklevel=3)
     return options
 
 

@@ -14,13 +14,17 @@ eagerly:
 A stage that raises counts as diverging too. At `reference` and `generated` the regions are
 checked one by one (`verify_calls`), which names the first region whose outputs differ and,
 in it, the first kernel that differs from loopir's reference evaluator. A self-contained repro
-script (the graph's code and its inputs) is written for the diverging graph. Inference only:
+script (the graph's code and its inputs) is written for the diverging graph. Then the graph is
+shrunk (`shrink.py`, delta debugging that reruns the diverging stage) to the smallest node set
+still diverging there (of its ATen graph; for a bug in the ATen trace, of Dynamo's graph), with
+the region and kernel that stage names for it and a repro script of its own. Inference only:
 a function called under grad mode with inputs requiring grad is traced with grad off.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import pathlib
 import tempfile
 from collections.abc import Callable, Sequence
@@ -32,12 +36,13 @@ import torch.utils._pytree as pytree
 
 from kiln import autograd_trace
 
-from . import codegens, pipeline
+from . import codegens, pipeline, shrink
 from .checked import RegionMismatchError, difference
 from .debug import DebugDump
 from .options import KilnOptions
 from .progress import Stages
 
+log = logging.getLogger(__name__)
 STAGES = ("dynamo", "aten", "decomposed", "partitioned", "reference", "generated")
 
 
@@ -51,6 +56,12 @@ class BisectResult:
     detail: str = ""
     repro: pathlib.Path | None = None
     checked: tuple[tuple[str, str], ...] = ()  # (stage, "ok" or what differed), in pipeline order
+    # the smallest node set of the diverging graph (its ATen graph, or at "aten" Dynamo's) still
+    # diverging at `stage`
+    nodes: tuple[str, ...] = ()  # its nodes, "name = op(args)", in graph order
+    nodes_detail: str = ""  # what differs for it (at reference/generated: its region and kernel)
+    nodes_region: str | None = None
+    nodes_repro: pathlib.Path | None = None  # a repro script of that node set alone
 
     def __str__(self) -> str:
         lines = [f"kiln bisect: {'no stage differs from eager' if self.stage is None else 'first diverging stage: ' + self.stage}"]
@@ -61,6 +72,12 @@ class BisectResult:
             lines.append(self.detail)
         if self.repro is not None:
             lines.append(f"repro: python {self.repro}")
+        if self.nodes:
+            lines.append(f"smallest node set still diverging at {self.stage} ({len(self.nodes)} nodes"
+                         + (f", region {self.nodes_region}" if self.nodes_region else "") + "):")
+            lines += [f"  {node}" for node in self.nodes]
+            lines.append(self.nodes_detail)
+            lines.append(f"repro of these nodes: python {self.nodes_repro}")
         return "\n".join(lines)
 
 
@@ -72,8 +89,10 @@ class _Captured:
 
 
 def bisect(fn: Callable[..., Any], *args: Any, options: dict[str, Any] | KilnOptions | None = None,
-           repro_dir: str | pathlib.Path | None = None) -> BisectResult:
-    """Find the first stage at which kiln's result for `fn(*args)` differs from eager's."""
+           repro_dir: str | pathlib.Path | None = None, shrink_steps: int = 64) -> BisectResult:
+    """Find the first stage at which kiln's result for `fn(*args)` differs from eager's, then
+    (with `shrink_steps` > 0: at most that many reruns of the stage) the smallest node set of
+    the diverging graph that still diverges there (`BisectResult.nodes`)."""
     options = dataclasses.replace(KilnOptions.create(options), fallback=False, verify_calls=0)
     with torch.no_grad():
         expected = fn(*_cloned(args))
@@ -83,7 +102,7 @@ def bisect(fn: Callable[..., Any], *args: Any, options: dict[str, Any] | KilnOpt
             return BisectResult("dynamo", detail="Dynamo's graphs, run as captured, differ from eager: "
                                 "not kiln's (see TORCH_LOGS=graph_code)", checked=tuple(checked))
         for index, captured in enumerate(graphs):
-            result = _bisect_graph(index, captured, options, checked, repro_dir)
+            result = _bisect_graph(index, captured, options, checked, repro_dir, shrink_steps)
             if result is not None:
                 return result
     return BisectResult(None, checked=tuple(checked))
@@ -111,40 +130,71 @@ def _capture(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[list[_Capture
 
 
 def _bisect_graph(index: int, captured: _Captured, options: KilnOptions, checked: list[tuple[str, str]],
-                  repro_dir: str | pathlib.Path | None) -> BisectResult | None:
+                  repro_dir: str | pathlib.Path | None, shrink_steps: int) -> BisectResult | None:
     reference = captured.gm(*_cloned(captured.inputs))
-    codegen = codegens.select(codegens.device_type(captured.example_inputs), options)
     stage_graphs: dict[str, Any] = {}
 
     def aten() -> Any:
         stage_graphs["aten"] = autograd_trace.trace_inference(captured.gm, captured.example_inputs)
         return stage_graphs["aten"]
 
-    def decomposed() -> Any:
-        stage_graphs["decomposed"] = pipeline.decompose_graph(stage_graphs["aten"], options, codegen)
-        return stage_graphs["decomposed"]
-
-    def partitioned() -> Any:
-        return pipeline.partition_graph(stage_graphs["decomposed"], options, codegen)
-
-    def compiled(codegen_name: str | None) -> Callable[[], Any]:
-        def build() -> Any:
-            stage_options = dataclasses.replace(options, codegen=codegen_name, verify_calls=1)
-            selected = codegens.select(codegens.device_type(captured.example_inputs), stage_options)
-            module, _ = pipeline.compile_aten(stage_graphs["aten"], stage_options, selected, DebugDump(None),
-                                              Stages("bisect"), False)
-            return module
-        return build
-
-    builders = {"aten": aten, "decomposed": decomposed, "partitioned": partitioned,
-                "reference": compiled("reference"), "generated": compiled(options.codegen)}
-    for stage, build in builders.items():
+    for stage in STAGES[1:]:
+        build = aten if stage == "aten" else lambda stage=stage: _stage_module(stage, stage_graphs["aten"], None, options)
         outcome, region = _run_stage(build, captured.inputs, reference)
         checked.append((f"{stage}" if index == 0 else f"{stage}[{index}]", outcome or "ok"))
         if outcome is not None:
-            repro = _write_repro(captured, index, options, repro_dir)
-            return BisectResult(stage, index, region, outcome, repro, tuple(checked))
+            directory = _repro_directory(repro_dir)
+            repro = _write_repro(captured, f"graph{index}", options, directory)
+            result = BisectResult(stage, index, region, outcome, repro, tuple(checked))
+            if shrink_steps and "aten" in stage_graphs:
+                # a bug in the ATen trace is in stage_graphs["aten"] already: shrink Dynamo's graph
+                base = captured.gm if stage == "aten" else stage_graphs["aten"]
+                result = _shrunk(result, base, captured, options, directory, shrink_steps)
+            return result
     return None
+
+
+def _stage_module(stage: str, aten: fx.GraphModule, example_inputs: Sequence[Any] | None,
+                  options: KilnOptions) -> Callable[..., Any]:
+    """The callable that `stage` makes of the ATen graph `aten` (at "aten": its own retrace
+    with `example_inputs`)."""
+    if stage == "aten":
+        return autograd_trace.trace_inference(aten, example_inputs)
+    device = codegens.device_type([v.meta.get("val") for v in aten.graph.nodes if v.op == "placeholder"])
+    codegen_name = "reference" if stage == "reference" else options.codegen
+    stage_options = dataclasses.replace(options, codegen=codegen_name, verify_calls=1)
+    selected = codegens.select(device, stage_options)
+    if stage in ("decomposed", "partitioned"):
+        decomposed = pipeline.decompose_graph(aten, options, selected)
+        return decomposed if stage == "decomposed" else pipeline.partition_graph(decomposed, options, selected)
+    module, _ = pipeline.compile_aten(aten, stage_options, selected, DebugDump(None), Stages("bisect"), False)
+    return module
+
+
+def _shrunk(result: BisectResult, graph: fx.GraphModule, captured: _Captured, options: KilnOptions,
+            directory: pathlib.Path, steps: int) -> BisectResult:
+    """`result` with the smallest node set of `graph` (Dynamo's or the ATen graph) that still
+    diverges at its stage, the region and kernel that stage then names, and a repro script of
+    that node set."""
+    stage = result.stage
+
+    def fails(program: shrink.SubProgram) -> str | None:
+        build = lambda: _stage_module(stage, program.gm, program.inputs, options)  # noqa: E731
+        return _run_stage(build, program.inputs, tuple(program.expected))[0]
+
+    try:
+        found = shrink.shrink(graph, shrink.eager_values(graph, captured.inputs), fails, steps)
+    except Exception as exc:  # noqa: BLE001 - the stage is named; shrinking is a bonus
+        log.warning("kiln bisect: could not shrink graph %s: %s", result.graph, exc)
+        return result
+    if found is None:
+        return result
+    program, failure = found
+    small = _Captured(program.gm, program.inputs, program.inputs)
+    repro = _write_repro(small, f"graph{result.graph}_nodes", options, directory)
+    region = _region_name(failure) if failure.startswith("RegionMismatchError") else None
+    return dataclasses.replace(result, nodes=program.nodes, nodes_detail=failure, nodes_region=region,
+                               nodes_repro=repro)
 
 
 def _run_stage(build: Callable[[], Any], inputs: Sequence[Any], reference: Any) -> tuple[str | None, str | None]:
@@ -180,7 +230,8 @@ def _cloned(values: Sequence[Any]) -> list[Any]:
     return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-_REPRO = '''"""kiln bisect repro: graph {index} of the function, as Dynamo captured it, with its inputs."""
+_REPRO = '''"""kiln bisect repro ({name}): a graph of the function (as Dynamo captured it, or the smallest
+set of its ATen nodes still diverging), with its inputs."""
 import pathlib
 
 import torch
@@ -207,18 +258,21 @@ print(bisect(Graph(), *saved["inputs"], options={options!r}))
 '''
 
 
-def _write_repro(captured: _Captured, index: int, options: KilnOptions,
-                 repro_dir: str | pathlib.Path | None) -> pathlib.Path:
+def _repro_directory(repro_dir: str | pathlib.Path | None) -> pathlib.Path:
     directory = pathlib.Path(repro_dir) if repro_dir is not None else pathlib.Path(tempfile.mkdtemp(prefix="kiln-bisect-"))
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"kiln_bisect_graph{index}.py"
+    return directory
+
+
+def _write_repro(captured: _Captured, name: str, options: KilnOptions, directory: pathlib.Path) -> pathlib.Path:
+    path = directory / f"kiln_bisect_{name}.py"
     attributes = {name: value for name, value in [*captured.gm.named_parameters(), *captured.gm.named_buffers()]}
     for node in captured.gm.graph.nodes:
         if node.op == "get_attr":
             attributes.setdefault(node.target, _fetch(captured.gm, node.target))
     torch.save({"inputs": captured.inputs, "attributes": attributes}, path.with_suffix(".pt"))
     code = "\n".join("    " + line for line in captured.gm.code.strip().splitlines())
-    path.write_text(_REPRO.format(index=index, code=code, options={"codegen": options.codegen}))
+    path.write_text(_REPRO.format(name=name, code=code, options={"codegen": options.codegen}))
     return path
 
 

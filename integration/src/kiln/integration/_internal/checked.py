@@ -6,6 +6,13 @@ compiled region kernel by kernel, comparing each kernel's outputs with loopir's 
 evaluator on the same inputs, and raises `RegionMismatchError` naming the region, the output,
 and the first kernel that differs (with its loop bodies). This finds bugs that only a real
 device shows (races, unwritten elements, wrong masks) in the kernel that holds them.
+
+Under ``TORCHDYNAMO_REPRO_AFTER=aot`` (Dynamo's after-AOT minifier drives Inductor's compiler
+only) the checked regions are kiln's after-AOT minifier: a region writes Dynamo's minifier
+launcher for its ATen graph, with the real inputs of its first call, at
+``TORCHDYNAMO_REPRO_LEVEL`` 2 when the compiled region raises, 3 always (the last region's
+launcher stays), 4 when its outputs differ from eager's. The launcher minifies that graph with
+``backend="kiln"`` (`python minifier_launcher.py`, Dynamo's after-dynamo minifier).
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch._dynamo.debug_utils import get_minifier_repro_path
+from torch._dynamo.repro.after_dynamo import dump_to_minify_after_dynamo
 
 from kiln.loopir import Kernel
 
@@ -61,8 +70,16 @@ def difference(got: Any, want: Any) -> str | None:
     return text + (f", {unwritten} of them NaN where eager's are not" if unwritten else "")
 
 
+def repro_after_aot_level() -> int:
+    """``TORCHDYNAMO_REPRO_LEVEL`` when ``TORCHDYNAMO_REPRO_AFTER=aot``, else 0 (read when a
+    region is compiled, as Dynamo reads its own config when it compiles a frame)."""
+    config = torch._dynamo.config
+    return int(config.repro_level) if config.repro_after == "aot" else 0
+
+
 class CheckedRegion(torch.nn.Module):
-    """A compiled region that checks itself against its ATen ops on its first `calls` calls."""
+    """A compiled region that checks itself against its ATen ops on its first `calls` calls
+    (at after-AOT repro levels 2 and 3 it only writes the minifier launcher: see above)."""
 
     def __init__(self, name: str, compiled: torch.nn.Module, eager: fx.GraphModule,
                  kernels: Sequence[Kernel], calls: int, label: str = "") -> None:
@@ -73,19 +90,43 @@ class CheckedRegion(torch.nn.Module):
         self.eager = eager
         self.kernels = {k.name: k for k in kernels}
         self.remaining = calls
+        self.repro_level = repro_after_aot_level()
 
     def forward(self, *args: Any) -> Any:
-        got = self.compiled(*args)
         if self.remaining <= 0:
-            return got
+            return self.compiled(*args)
         self.remaining -= 1
+        if self.repro_level in (2, 3):
+            return self._run_writing_repro(args)
+        got = self.compiled(*args)
         want = self.eager(*args)
         for position, (g, w) in enumerate(zip(pytree.tree_leaves(got), pytree.tree_leaves(want), strict=True)):
             problem = difference(g, w)
             if problem is not None:
-                raise RegionMismatchError(self._report(position, problem, args))
+                report = self._report(position, problem, args)
+                if self.repro_level == 4:
+                    report += f"\n{self._write_launcher(_cloned(args))}"
+                raise RegionMismatchError(report)
         log.info("kiln verify: %sregion %s matches eager", self.label, self.name)
         return got
+
+    def _run_writing_repro(self, args: Sequence[Any]) -> Any:
+        """After-AOT levels 2 (a region that raises) and 3 (every region): Dynamo's minifier
+        launcher for the region's ATen graph; the exception (level 2) says where it is."""
+        inputs = _cloned(args)  # before the region may write its inputs
+        if self.repro_level == 3:
+            log.warning("kiln: %s", self._write_launcher(inputs))
+        try:
+            return self.compiled(*args)
+        except Exception as exc:
+            if self.repro_level == 2:
+                exc.add_note(f"kiln: {self.label}region {self.name} raised. {self._write_launcher(inputs)}")
+            raise
+
+    def _write_launcher(self, inputs: Sequence[Any]) -> str:
+        dump_to_minify_after_dynamo(fx.GraphModule(self.eager, self.eager.graph), list(inputs), "kiln")
+        return (f"Minifier launcher for {self.label}region {self.name}'s ATen graph (minifies it with "
+                f"backend='kiln'): python {get_minifier_repro_path()}")
 
     def _report(self, position: int, problem: str, args: Sequence[Any]) -> str:
         lines = [f"kiln verify: {self.label}region {self.name}, output {position}: {problem}."]
@@ -102,6 +143,10 @@ class CheckedRegion(torch.nn.Module):
                          f"buffer {buffer}: {detail}.\n{text}")
         lines.append("KILN_DEBUG=<dir> writes the generated source of every kernel.")
         return "\n".join(lines)
+
+
+def _cloned(args: Sequence[Any]) -> list[Any]:
+    return [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
 
 
 class _KernelReplay(fx.Interpreter):

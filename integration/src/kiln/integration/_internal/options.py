@@ -18,6 +18,8 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+from kiln import loopir
+
 
 class OptionsError(ValueError):
     """Unknown or invalid backend option."""
@@ -104,6 +106,16 @@ class KilnOptions:
             raise OptionsError(f"graph_cache_max_bytes must be >= 0, got {self.graph_cache_max_bytes}")
         if self.partitioner not in ("min_cut", "save_all"):
             raise OptionsError(f"partitioner must be 'min_cut' or 'save_all', got {self.partitioner!r}")
+        if self.lowerings is not None and not isinstance(self.lowerings, loopir.Lowerings):
+            raise OptionsError(f"kiln option lowerings must be None or a kiln.loopir.Lowerings (e.g. "
+                               f"default_lowerings() | my_table), got a {type(self.lowerings).__name__}")
+        if self.codegen is not None:
+            from .codegens import ENTRY_POINT_GROUP, registered  # codegens imports this module
+
+            names = sorted(registered())
+            if self.codegen not in names:
+                raise OptionsError(f"kiln option codegen={self.codegen!r} names no codegen; registered under "
+                                   f"{ENTRY_POINT_GROUP!r}: {', '.join(names)}")
 
     @classmethod
     def create(cls, overrides: Mapping[str, Any] | KilnOptions | None = None,
@@ -131,15 +143,7 @@ class KilnOptions:
             if key not in valid:
                 raise OptionsError(f"unknown kiln option {key!r}; valid options: {', '.join(valid)}")
             values[key] = value
-        options = cls(**values)
-        if options.codegen is not None:
-            from .codegens import ENTRY_POINT_GROUP, registered  # codegens imports this module
-
-            names = sorted(registered())
-            if options.codegen not in names:
-                raise OptionsError(f"kiln option codegen={options.codegen!r} names no codegen; registered under "
-                                   f"{ENTRY_POINT_GROUP!r}: {', '.join(names)}")
-        return options
+        return cls(**values)
 
     def codegen_settings(self) -> dict[str, Any]:
         """Every option by name: what a codegen's `make_options` reads its own from."""

@@ -200,7 +200,13 @@ class TritonHandler(TextHandler):
         pointer = f"{self.pointer(name)} + {self._offset(index)}"
         if not masks:  # one element for every lane: a scalar load, always in bounds
             return self.var(f"tl.load({pointer})")
-        return self.var(f"tl.load({pointer}, {' & '.join(masks)})")
+        mask = " & ".join(masks)
+        if not sympy.sympify(index).free_symbols & set(self.index_vars):
+            # no loop variable in the index (x[c] for a constant index tensor c): the pointer may
+            # be a scalar, which a block mask cannot mask; broadcast it to the mask's shape
+            mask = self.var(mask) if len(masks) > 1 else mask
+            pointer = f"{pointer} + tl.zeros({mask}.shape, tl.int32)"
+        return self.var(f"tl.load({pointer}, {mask})")
 
     def _recompute(self, name: str, index: sympy.Expr) -> str:
         """A row temporary's value where the current loop loads it: its node's body, emitted

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import numbers
+import os
 import pathlib
+
+import torch
 
 from kiln.loopir.codegen import default_cache_root
 
@@ -96,16 +100,49 @@ class TritonOptions:
     autotune: bool = False
 
     def __post_init__(self) -> None:
+        """Every field checked when the options are built: a wrong type raises TypeError, a wrong
+        value ValueError, each naming the option and what it accepts."""
+        for name, (kinds, wanted) in _TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise TypeError(f"TritonOptions.{name} must be {wanted}, got {value!r} ({type(value).__name__})")
         object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))
-        for field in ("xblock", "reduction_xblock", "rblock", "strided_xblock", "strided_tile", "contiguous_rblock",
-                      "float32_contiguous_rblock", "num_warps",
-                      "max_reduction_warps", "tile_block"):
-            value = getattr(self, field)
+        for name in _BLOCKS:
+            value = int(getattr(self, name))
+            object.__setattr__(self, name, value)
             if not _is_power_of_two(value):
-                raise ValueError(f"TritonOptions.{field} must be a positive power of two, got {value!r}")
-        for field in ("num_warps", "max_reduction_warps"):
-            if getattr(self, field) > 32:
-                raise ValueError(f"TritonOptions.{field} must be at most 32, got {getattr(self, field)}")
+                raise ValueError(f"TritonOptions.{name} must be a positive power of two, got {value!r}")
+        for name in ("num_warps", "max_reduction_warps"):
+            if getattr(self, name) > 32:
+                raise ValueError(f"TritonOptions.{name} must be a power of two from 1 to 32, got {getattr(self, name)}")
+        if self.device is not None and not _is_device(self.device):
+            raise ValueError(f"TritonOptions.device must be None or a torch device name ('cuda', 'cuda:1', 'cpu'), "
+                             f"got {self.device!r}")
+
+
+def _is_device(name: str) -> bool:
+    try:
+        torch.device(name)
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
+# Block sizes and warp counts: positive powers of two (Triton's block shapes must be).
+_BLOCKS = ("xblock", "reduction_xblock", "rblock", "strided_xblock", "strided_tile", "contiguous_rblock",
+           "float32_contiguous_rblock", "num_warps", "max_reduction_warps", "tile_block")
+_POWER_OF_TWO = ((numbers.Integral,), "a positive power of two (an int)")
+# option -> (accepted types, what the error says it accepts); bool is refused where int is
+# wanted (True is an int to isinstance).
+_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "cache_dir": ((str, os.PathLike), "a path (str or os.PathLike)"),
+    **{name: _POWER_OF_TWO for name in _BLOCKS},
+    "check_inputs": ((bool,), "a bool"),
+    "device": ((str, type(None)), "None or a torch device name (a str such as 'cuda')"),
+    "fill_uninitialized": ((bool,), "a bool"),
+    "sync_checks": ((bool,), "a bool"),
+    "autotune": ((bool,), "a bool"),
+}
 
 
 class TritonCodegenError(RuntimeError):

@@ -30,10 +30,23 @@ class _IndexPrinter(StrPrinter):
         return f"({base} {op} {divisor})"
 
     def _print_FloorDiv(self, expr: sympy.Expr) -> str:
+        if self._may_truncate(expr):  # (a - a mod b) / b divides exactly: no rounding to differ
+            return f"(({self._print(expr.args[0])} - {self._print_Mod(sympy.Mod(*expr.args, evaluate=False))}) // " \
+                   f"{self.parenthesize(expr.args[1], PRECEDENCE['Mul'])})"
         return self._print_integer_op(expr, "//")
 
     def _print_Mod(self, expr: sympy.Expr) -> str:
+        if self._may_truncate(expr):  # Triton's % keeps the dividend's sign, sympy's Mod the divisor's
+            divisor = self.parenthesize(expr.args[1], PRECEDENCE["Mul"])
+            return f"(({self._print_integer_op(expr, '%')} + {divisor}) % {divisor})"
         return self._print_integer_op(expr, "%")
+
+    def _may_truncate(self, expr: sympy.Expr) -> bool:
+        """Whether Triton's integer `//` and `%` (C's: rounding toward zero) can differ from
+        sympy's floor semantics here: on the device, for a dividend not known to be >= 0 (sympy
+        moves constants out of a Mod: Mod(39 - m, 2) becomes Mod(1 - m, 2), negative for m > 1).
+        Every symbol is >= 0 (loop variables, sizes, in-bounds indirect indices)."""
+        return self.device and not _nonnegative(expr.args[0])
 
     def _print_minmax(self, expr: sympy.Expr, device_name: str, host_name: str) -> str:
         name = device_name if self.device else host_name
@@ -68,6 +81,21 @@ class _IndexPrinter(StrPrinter):
         raise NotImplementedError(f"cannot print integer expression {expr} as {where} source")
 
 
+def _nonnegative(expr: sympy.Expr) -> bool:
+    """Whether `expr` is known to be >= 0, every symbol being >= 0."""
+    if isinstance(expr, sympy.Symbol):
+        return True
+    if expr.is_Number:
+        return bool(expr >= 0)
+    if isinstance(expr, (sympy.Add, sympy.Mul, FloorDiv, sympy.Mod, sympy.Min)):
+        return all(_nonnegative(a) for a in expr.args)
+    if isinstance(expr, sympy.Max):
+        return any(_nonnegative(a) for a in expr.args)
+    if isinstance(expr, sympy.Pow):
+        return _nonnegative(expr.base)
+    return False
+
+
 def _check_kinds(expr: sympy.Expr) -> None:
     for sub in sympy.preorder_traversal(expr):
         if isinstance(sub, sympy.Function) and not isinstance(sub, (FloorDiv, sympy.Mod)):
@@ -76,8 +104,8 @@ def _check_kinds(expr: sympy.Expr) -> None:
 
 
 def triton_expr(expr: sympy.Expr) -> str:
-    """An integer index expression as Triton source (indices are non-negative, so `//` and `%`
-    agree with floor semantics)."""
+    """An integer index expression as Triton source (`//` and `%` with sympy's floor semantics:
+    as Triton's own where the dividend is known to be >= 0, else corrected)."""
     expr = sympy.sympify(expr)
     _check_kinds(expr)
     return _IndexPrinter(device=True).doprint(expr)

@@ -127,7 +127,7 @@ def _keep_output_layouts(gm: fx.GraphModule, result: fx.GraphModule) -> None:
     for old, new in zip(before, after):
         if not (isinstance(old, fx.Node) and isinstance(new, fx.Node)) or new.op != "call_function":
             continue
-        old_val, new_val = _recorded_value(old), new.meta.get("val")
+        old_val, new_val = _eager_layout_value(old), new.meta.get("val")
         if not (isinstance(old_val, torch.Tensor) and isinstance(new_val, torch.Tensor)):
             continue
         if getattr(new.target, "is_view", True) or old_val.dtype != new_val.dtype:
@@ -136,6 +136,24 @@ def _keep_output_layouts(gm: fx.GraphModule, result: fx.GraphModule) -> None:
         if same_shape and _exprs(old_val.stride()) != _exprs(new_val.stride()):
             new.meta["val"] = old_val
             new.meta["tensor_meta"] = _extract_tensor_metadata(old_val)
+
+
+# Ops whose meta kernel lays the output out otherwise than eager's kernels: eager's roll writes
+# into empty_like(self) (the input's memory format), its meta kernel returns a contiguous tensor.
+_EAGER_KEEPS_INPUT_LAYOUT = frozenset({torch.ops.aten.roll.default})
+
+
+def _eager_layout_value(node: fx.Node) -> Any:
+    """The node's recorded value, with the strides eager gives it where the meta kernel's differ
+    (`_EAGER_KEEPS_INPUT_LAYOUT`: those of empty_like(input))."""
+    value = _recorded_value(node)
+    if node.target not in _EAGER_KEEPS_INPUT_LAYOUT or not isinstance(value, FakeTensor):
+        return value
+    source = _recorded_value(node.args[0]) if isinstance(node.args[0], fx.Node) else None
+    if not (isinstance(source, FakeTensor) and _exprs(source.shape) == _exprs(value.shape)):
+        return value
+    with value.fake_mode:
+        return torch.empty_like(source, dtype=value.dtype)
 
 
 def _exprs(sizes: Sequence[Any]) -> tuple[Any, ...]:
