@@ -6,7 +6,8 @@ fell back to eager, with the generated source. `bisect(fn, *args)` names the fir
 stage whose result differs from eager's (and the region and kernel) and writes a repro. Debug
 modes: `verify_calls` (compiled regions compared with eager, naming the first kernel that
 differs: `RegionMismatchError`) and `fill_uninitialized` (kernel outputs NaN-filled before they
-are written).
+are written). `save_cache(path)` / `load_cache(path)` ship the whole-graph cache to another
+machine of the same kind.
 """
 
 import importlib

@@ -5,11 +5,14 @@ An entry, ``<root>/graphs/<key>.pkl``, holds what rebuilds the runnable module: 
 graph's nodes (op, name, target, arguments; ATen ops by qualified name, compiled kernels as
 objects that re-open their checked shared library when unpickled), the tensors it reads as
 attributes (those that are attributes of the Dynamo graph by reference, taken from the new one),
-and the graph's `GraphReport`. Entries are written atomically with a size and sha256 sidecar
-(loopir's `ArtifactCache`, in the per-user private directory), checked before they are read; a
-damaged entry, or one whose kernel library is gone or damaged, is a miss and is rebuilt. Hits
-touch the entry; after each store the least recently used entries go until the directory holds
-at most `graph_cache_max_bytes`. The key is `graph_key.graph_key`.
+and the graph's `GraphReport`. A training graph's entry holds its compiled forward and backward,
+the backward ATen graph and autograd_trace's `RuntimePlan` instead (`TrainingParts`; written
+once the backward has compiled). Paths under the cache's root (kernel libraries) are stored
+relative to it, so a copied cache works (`cache_archive`). Entries are written atomically with a
+size and sha256 sidecar (loopir's `ArtifactCache`, in the per-user private directory), checked
+before they are read; a damaged entry, or one whose kernel library is gone or damaged, is a miss
+and is rebuilt. Hits touch the entry; after each store the least recently used entries go until
+the directory holds at most `graph_cache_max_bytes`. The key is `graph_key.graph_key`.
 """
 
 from __future__ import annotations
