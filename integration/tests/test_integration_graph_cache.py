@@ -265,3 +265,18 @@ def test_concurrent_stores_of_one_key_leave_a_whole_entry(tmp_path):
     x = torch.randn(3)
     torch.testing.assert_close(loaded(x), aten_only(x))
     assert loaded_report == report and [p.name for p, _, _ in cache.entries()] == [f"{'0' * 32}.pkl"]
+
+
+def test_a_store_that_cannot_write_warns_and_does_not_raise(tmp_path, caplog):
+    """A training graph is stored from its first backward: a full disk or an unusable cache
+    directory must not fail the step."""
+    from kiln.integration import GraphReport
+    from kiln.integration._internal.graph_key import GraphKey
+
+    module = torch.fx.symbolic_trace(lambda x: torch.ops.aten.add.Tensor(x, 1))
+    (tmp_path / "a-file").write_text("not a directory")
+    cache = GraphCache(tmp_path / "a-file" / "graphs", 1 << 20)
+    with caplog.at_level(logging.WARNING):
+        cache.store(GraphKey("1" * 32, (("graph", "g"),)), module, GraphReport(0, True, None, (), (), 0, 0, "", ()),
+                    module)
+    assert "not stored" in caplog.text

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx as fx
 
-from kiln.loopir.codegen import ArtifactCache, default_cache_root
+from kiln.loopir.codegen import ArtifactCache, ArtifactCacheError, default_cache_root
 
 from . import codegens
 from .graph_key import GraphKey, Uncacheable, graph_key
@@ -278,9 +278,12 @@ class GraphCache:
         except Exception as exc:  # e.g. a codegen whose kernels do not pickle
             log.debug("kiln graph cache: graph %d not stored: %s: %s", report.index, type(exc).__name__, exc)
             return
-        self.files.write(self.path(key), raw)
-        log.debug("kiln graph cache: stored %s (%d bytes; %s)", key.digest, len(raw), key.describe())
-        self.evict()
+        try:  # a full disk or a foreign directory must not fail the compile (or a training step's backward)
+            self.files.write(self.path(key), raw)
+            log.debug("kiln graph cache: stored %s (%d bytes; %s)", key.digest, len(raw), key.describe())
+            self.evict()
+        except (OSError, ArtifactCacheError) as exc:
+            log.warning("kiln graph cache: graph %d not stored in %s: %s", report.index, self.directory, exc)
 
     def entries(self) -> list[tuple[pathlib.Path, int, float]]:
         """(path, bytes with its sidecar, last use) of each entry, least recently used first."""
