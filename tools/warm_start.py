@@ -1,6 +1,7 @@
 """Time to the first call's result, in fresh processes: Dynamo alone, Inductor and kiln, cold and warm.
 
     python tools/warm_start.py [--models bert gpt2] [--repeat 3] [--configs eager inductor kiln]
+    python tools/warm_start.py --configs eager-train kiln-train   # a first training step
 
 Each measurement is one new Python process that builds a Hugging Face model from a config
 (random weights, nothing downloaded), compiles it with `torch.compile` and times its first call
@@ -12,7 +13,10 @@ Prints medians over `--repeat` rounds, then kiln's per-stage times (median of ea
 total, regions added up, for the cold and the warm runs). `--configs kiln` leaves Dynamo and
 Inductor out; `--before DIR` also runs kiln from another checkout (e.g. `git worktree add DIR
 main`) as "kiln-before", interleaved with the others, for a before/after comparison under the
-same load. On a shared machine the figures are noisy: label them so.
+same load. `eager-train` and `kiln-train` time a first training step instead (forward and
+backward; kiln's warm run loads both graphs from the whole-graph cache). A warm kiln run that
+loaded no graph from the cache is warned about. On a shared machine the figures are noisy:
+label them so.
 """
 
 from __future__ import annotations
@@ -51,10 +55,14 @@ def build_model(name: str):
 
 
 def child(config: str, model_name: str) -> None:
-    """One measurement: prints a JSON line with the first call's seconds (and kiln's stages)."""
+    """One measurement: prints a JSON line with the first call's seconds (and kiln's stages).
+    A ``-train`` config times a first training step instead: forward and backward of the mean
+    square of the model's output, in grad mode (the model stays in eval mode: no dropout)."""
     import torch
 
     model, ids = build_model(model_name)
+    training = config.endswith("-train")
+    config = config.removesuffix("-train")
     reports = []
     start = time.perf_counter()
     if config == "kiln":  # timed: backend="kiln" imports kiln on the first call
@@ -68,17 +76,20 @@ def child(config: str, model_name: str) -> None:
     else:
         backend = config
     compiled = torch.compile(model, backend=backend)
-    with torch.no_grad():
+    with torch.set_grad_enabled(training):
         out = compiled(ids).last_hidden_state
+        if training:
+            out.square().mean().backward()
         seconds = time.perf_counter() - start
         expected = model(ids).last_hidden_state
     error = float((out - expected).abs().max())
     stages: dict[str, float] = collections.defaultdict(float)
     for report in reports:
         for stage, spent in report.stage_seconds:
-            stages[stage.split(":")[0]] += spent
+            stages[stage.split(":")[0].split("/")[-1]] += spent
     print(json.dumps({"seconds": seconds, "error": error, "graphs": len(reports),
-                      "kernels": sum(r.kernels for r in reports), "stages": stages}))
+                      "kernels": sum(r.kernels for r in reports), "cached": sum(r.cached for r in reports),
+                      "stages": stages}))
 
 
 def source_path(tree: pathlib.Path) -> str:
@@ -91,7 +102,7 @@ def measure(config: str, model_name: str, cache: pathlib.Path, before: pathlib.P
                TRITON_CACHE_DIR=str(cache / "triton"), PYTHONHASHSEED="0")
     if config == "kiln-before":
         env["PYTHONPATH"] = source_path(before)
-    done = subprocess.run([sys.executable, __file__, "--child", config.removesuffix("-before"), model_name], env=env,
+    done = subprocess.run([sys.executable, __file__, "--child", config.replace("-before", ""), model_name], env=env,
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{config} {model_name} failed:\n{done.stderr[-3000:]}")
@@ -102,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--configs", nargs="+", default=["eager", "inductor", "kiln"],
-                        choices=["eager", "inductor", "kiln"])
+                        choices=["eager", "inductor", "kiln", "eager-train", "kiln-train"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", type=pathlib.Path, help="another checkout whose kiln runs as kiln-before")
     parser.add_argument("--child", nargs=2, metavar=("CONFIG", "MODEL"), help=argparse.SUPPRESS)
@@ -118,12 +129,14 @@ def main() -> None:
         for _ in range(args.repeat):
             for config in configs:
                 with tempfile.TemporaryDirectory(prefix="kiln-warm-start-") as scratch:
-                    for temperature in ("cold", "warm") if config != "eager" else ("",):
+                    for temperature in ("cold", "warm") if not config.startswith("eager") else ("",):
                         result = measure(config, model_name, pathlib.Path(scratch), args.before)
                         label = f"{config} {temperature}".strip()
                         times[label].append(result["seconds"])
                         for stage, spent in result["stages"].items():
                             stages[(f"{config} {temperature}", stage)].append(spent)
+                        if temperature == "warm" and config.startswith("kiln") and not result["cached"]:
+                            print(f"warning: {label} {model_name}: no graph came from the whole-graph cache")
                         if result["error"] > 1e-3:
                             print(f"warning: {label} {model_name} differs from eager by {result['error']:.2e}")
         for label, values in times.items():

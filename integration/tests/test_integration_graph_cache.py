@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 import torch
 
-from kiln.integration import KilnOptions, explain
+from kiln.integration import KilnOptions, explain, load_cache, save_cache
 from kiln.integration.__main__ import main as cli
 from kiln.integration._internal import codegens, progress
 from kiln.integration._internal.graph_cache import GraphCache, cache_root
@@ -29,13 +31,8 @@ def test_a_fresh_process_loads_the_compiled_graph(tmp_path):
     cold = graph_cache_runs.run(str(tmp_path))
     assert [(r.cached, r.kernels > 0) for r in cold["reports"]] == [(False, True)]
     assert cold["kernel_calls"] > 0 and len(_entries(tmp_path)) == 1
-    out = tmp_path / "warm.pt"
-    script = os.path.join(os.path.dirname(__file__), "graph_cache_runs.py")
-    done = subprocess.run([sys.executable, script, str(tmp_path), str(out)], capture_output=True, text=True,
-                          env=dict(os.environ, KILN_GRAPH_CACHE="0"))  # the option, not the environment, decides
-    assert done.returncode == 0, done.stderr[-3000:]
-    warm = torch.load(out, weights_only=False)
-    ((cached, kernels, stages),) = warm["reports"]
+    warm = _in_a_fresh_process(tmp_path)
+    ((cached, kernels, _, stages),) = warm["reports"]
     assert cached and kernels == cold["reports"][0].kernels
     assert not any(s.endswith(("decomp", "autograd_trace")) or "codegen" in s for s in stages)  # nothing retraced
     assert warm["kernel_calls"] == cold["kernel_calls"]  # generated kernels run (fallback=False)
@@ -43,6 +40,86 @@ def test_a_fresh_process_loads_the_compiled_graph(tmp_path):
         torch.testing.assert_close(got, expected)
     for got, first in zip(warm["outputs"], cold["outputs"]):
         assert torch.equal(got, first)
+
+
+def _in_a_fresh_process(cache_dir, *mode: str) -> dict:
+    out = cache_dir / "warm.pt"
+    script = os.path.join(os.path.dirname(__file__), "graph_cache_runs.py")
+    done = subprocess.run([sys.executable, script, str(cache_dir), str(out), *mode], capture_output=True, text=True,
+                          env=dict(os.environ, KILN_GRAPH_CACHE="0"))  # the option, not the environment, decides
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.load(out, weights_only=False)
+
+
+def test_a_training_graph_is_loaded_by_a_fresh_process(tmp_path):
+    """Forward and backward come from the cache: nothing traced, the gradients are eager's."""
+    cold = graph_cache_runs.run_training(str(tmp_path))
+    assert [(r.cached, r.backward) for r in cold["reports"]] == [(False, False), (False, True)]
+    assert all(r.kernels > 0 for r in cold["reports"]) and len(_entries(tmp_path)) == 1
+    warm = _in_a_fresh_process(tmp_path, "training")
+    assert [report[:3] for report in warm["reports"]] == [(True, r.kernels, r.backward) for r in cold["reports"]]
+    forward_stages = warm["reports"][0][3]
+    assert not any(s.endswith(("decomp", "autograd_trace")) or "codegen" in s for s in forward_stages)
+    assert warm["kernel_runs"] == cold["kernel_runs"] > 0  # generated kernels run (fallback=False)
+    eager = graph_cache_runs.eager_training()
+    torch.testing.assert_close(warm["loss"], eager["loss"])
+    torch.testing.assert_close(warm["grads"], eager["grads"])
+    for got, first in zip(warm["grads"], cold["grads"]):
+        assert torch.equal(got, first)
+
+
+def test_a_saved_cache_loads_under_another_directory_in_a_fresh_process(tmp_path):
+    """save_cache/load_cache ship a warm cache: entries name their kernel libraries relative to
+    the cache directory, so the copy works after the original is gone."""
+    first, second, archive = tmp_path / "first", tmp_path / "second", tmp_path / "cache.tar"
+    cold = graph_cache_runs.run(str(first))
+    assert save_cache(archive, {"cache_dir": str(first)}) == 1
+    shutil.rmtree(first)
+    assert load_cache(archive, {"cache_dir": str(second)}) == 1
+    assert load_cache(archive, {"cache_dir": str(second)}) == 0  # already there: kept
+    warm = _in_a_fresh_process(second)
+    assert warm["reports"][0][0] and warm["kernel_calls"] == cold["kernel_calls"] > 0
+    for got, expected in zip(warm["outputs"], cold["outputs"]):
+        assert torch.equal(got, expected)
+
+
+def test_the_cli_saves_and_loads_a_cache(tmp_path, capsys):
+    graph_cache_runs.run(str(tmp_path / "first"))
+    archive = str(tmp_path / "cache.tar")
+    assert cli(["cache", "save", archive, "--cache-dir", str(tmp_path / "first")]) == 0
+    assert cli(["cache", "load", archive, "--cache-dir", str(tmp_path / "second")]) == 0
+    assert "loaded 1 new entries" in capsys.readouterr().out and len(_entries(tmp_path / "second")) == 1
+
+
+def test_an_archive_with_paths_outside_the_cache_is_refused(tmp_path):
+    outside = tmp_path / "evil.txt"
+    outside.write_text("x")
+    with tarfile.open(tmp_path / "bad.tar", "w") as archive:
+        archive.add(outside, arcname="../evil.txt")
+    with pytest.raises(ValueError, match="not a kiln cache archive"):
+        load_cache(tmp_path / "bad.tar", {"cache_dir": str(tmp_path / "cache")})
+
+
+def test_misses_and_hits_are_logged_with_the_keys_parts(tmp_path, caplog):
+    with caplog.at_level(logging.DEBUG, logger="kiln.integration"):
+        graph_cache_runs.run(str(tmp_path))
+        graph_cache_runs.run(str(tmp_path))
+    lines = [r.getMessage() for r in caplog.records if "kiln graph cache" in r.getMessage()]
+    parts = ("graph ", "inputs ", "state ", "options ", "versions ")
+    (miss,) = [line for line in lines if "cache miss" in line]
+    (hit,) = [line for line in lines if "cache hit" in line]
+    assert all(part in miss and part in hit for part in parts)
+    assert miss.split("miss ")[1] == hit.split("hit ")[1]  # the same key, part by part
+
+
+def test_the_cache_stays_within_its_bound_least_recently_used_first(tmp_path):
+    options = {"fallback": False, "cache_dir": str(tmp_path), "graph_cache": True}
+    explain(lambda x: x.relu() * 2, torch.randn(4, 8), options=options)
+    (first,) = _entries(tmp_path)
+    bound = first.stat().st_size + first.with_name(first.name + ".sha256").stat().st_size
+    explain(lambda x: x.relu() * 2, torch.randn(4, 9), options={**options, "graph_cache_max_bytes": bound + 100})
+    (kept,) = _entries(tmp_path)
+    assert kept != first  # the newer entry stays, the older one went
 
 
 def test_a_damaged_entry_is_rebuilt(tmp_path, caplog):
@@ -114,13 +191,20 @@ def test_the_key_changes_with_dtype_shape_strides_grad_and_options():
     assert _key(base, {"cache_dir": "/elsewhere", "graph_cache_max_bytes": 5}) == _key(base)  # storage knobs
 
 
-def test_training_and_debug_graphs_are_not_cached_and_say_why(tmp_path, caplog):
-    linear = torch.nn.Linear(8, 4)
+def test_debug_graphs_are_not_cached_and_say_why(tmp_path, caplog):
     with caplog.at_level(logging.DEBUG, logger="kiln.integration"):
-        report = explain(lambda x: linear(x).relu().sum(), torch.randn(2, 8),
-                         options={"fallback": False, "cache_dir": str(tmp_path), "graph_cache": True})
+        report = explain(lambda x: x.relu() * 2, torch.randn(2, 8),
+                         options={"fallback": False, "cache_dir": str(tmp_path), "graph_cache": True, "verify": True})
     assert report.kernel_count > 0 and not report.graphs[0].cached
-    assert "training graphs are not cached yet" in caplog.text and not _entries(tmp_path)
+    assert "not used with debug_dir, verify or verify_calls" in caplog.text and not _entries(tmp_path)
+
+
+def test_training_stages_nest_and_no_entry_is_stored_before_the_backward(tmp_path):
+    linear = torch.nn.Linear(8, 4)
+    report = explain(lambda x: linear(x).relu().sum(), torch.randn(2, 8),
+                     options={"fallback": False, "cache_dir": str(tmp_path), "graph_cache": True})
+    assert report.kernel_count > 0 and not report.graphs[0].cached
+    assert not _entries(tmp_path)  # explain runs no backward: a training entry needs both halves
     names = [name for name, _ in report.graphs[0].stage_seconds]
     # the forward compiles inside the joint trace: its stages nest under it
     assert "autograd_trace" in names and "autograd_trace/forward_decomp" in names
@@ -181,3 +265,18 @@ def test_concurrent_stores_of_one_key_leave_a_whole_entry(tmp_path):
     x = torch.randn(3)
     torch.testing.assert_close(loaded(x), aten_only(x))
     assert loaded_report == report and [p.name for p, _, _ in cache.entries()] == [f"{'0' * 32}.pkl"]
+
+
+def test_a_store_that_cannot_write_warns_and_does_not_raise(tmp_path, caplog):
+    """A training graph is stored from its first backward: a full disk or an unusable cache
+    directory must not fail the step."""
+    from kiln.integration import GraphReport
+    from kiln.integration._internal.graph_key import GraphKey
+
+    module = torch.fx.symbolic_trace(lambda x: torch.ops.aten.add.Tensor(x, 1))
+    (tmp_path / "a-file").write_text("not a directory")
+    cache = GraphCache(tmp_path / "a-file" / "graphs", 1 << 20)
+    with caplog.at_level(logging.WARNING):
+        cache.store(GraphKey("1" * 32, (("graph", "g"),)), module, GraphReport(0, True, None, (), (), 0, 0, "", ()),
+                    module)
+    assert "not stored" in caplog.text

@@ -6,14 +6,28 @@ fell back to eager, with the generated source. `bisect(fn, *args)` names the fir
 stage whose result differs from eager's (and the region and kernel) and writes a repro. Debug
 modes: `verify_calls` (compiled regions compared with eager, naming the first kernel that
 differs: `RegionMismatchError`) and `fill_uninitialized` (kernel outputs NaN-filled before they
-are written).
+are written). `save_cache(path)` / `load_cache(path)` ship the whole-graph cache to another
+machine of the same kind.
 """
 
+import importlib
+from typing import Any
+
 from ._internal.backend import backend, explain
-from ._internal.bisect import BisectResult, bisect
+from ._internal.cache_archive import load_cache, save_cache
 from ._internal.checked import RegionMismatchError
 from ._internal.options import KilnOptions, OptionsError
 from ._internal.report import FallbackNode, GraphReport, Report
 
 __all__ = ["backend", "explain", "bisect", "BisectResult", "KilnOptions", "OptionsError", "Report", "GraphReport",
-           "FallbackNode", "RegionMismatchError"]
+           "FallbackNode", "RegionMismatchError", "save_cache", "load_cache"]
+
+# Imported on first use: bisect imports the whole compile pipeline, which `backend` defers to
+# its first cache miss (a process whose graphs all come from the cache never imports it).
+_ON_FIRST_USE = {"bisect": "._internal.bisect", "BisectResult": "._internal.bisect"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ON_FIRST_USE:
+        return getattr(importlib.import_module(_ON_FIRST_USE[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import itertools
 import logging
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -16,8 +18,8 @@ import torch.fx as fx
 from .boxed_inputs import FlatInputs, flatten_list_inputs, has_list_inputs
 from .compiled_autograd import rewrite_accumulate_grad
 from .cudagraphs import reduce_overhead, writes_to_inputs
+from .lookup import look_up
 from .options import KilnOptions
-from .pipeline import compile_graph
 from .report import GraphReport, Report
 
 log = logging.getLogger(__name__)
@@ -36,13 +38,24 @@ def _compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOpt
         return FlatInputs(_compile(flat_gm, flat_inputs, options, sink, compiled_autograd=True), lists, stolen)
     index = next(_graph_index)
     try:
-        module, report = compile_graph(gm, example_inputs, options, index, on_backward=sink,
-                                       compiled_autograd=compiled_autograd)
+        looked_up = look_up(gm, example_inputs, options, index, on_backward=sink, compiled_autograd=compiled_autograd)
+        if looked_up.hit is not None:
+            module, report = looked_up.hit
+        else:
+            module, report = _pipeline().compile_graph(gm, example_inputs, options, looked_up, on_backward=sink,
+                                                       compiled_autograd=compiled_autograd)
     except Exception as exc:
         return _run_eagerly(gm, exc, index, options, sink, compiled_autograd)
     if sink is not None:
         sink(report)
     return module
+
+
+def _pipeline() -> ModuleType:
+    """The compile pipeline, imported on the first cache miss rather than with the backend: it
+    imports the tracing, decomposition and partitioning packages (a few tenths of a second),
+    which a process whose graphs all come from the whole-graph cache never needs."""
+    return importlib.import_module(f"{__package__}.pipeline")
 
 
 def _run_eagerly(gm: fx.GraphModule, exc: Exception, index: int, options: KilnOptions,

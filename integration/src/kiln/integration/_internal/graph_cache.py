@@ -5,11 +5,14 @@ An entry, ``<root>/graphs/<key>.pkl``, holds what rebuilds the runnable module: 
 graph's nodes (op, name, target, arguments; ATen ops by qualified name, compiled kernels as
 objects that re-open their checked shared library when unpickled), the tensors it reads as
 attributes (those that are attributes of the Dynamo graph by reference, taken from the new one),
-and the graph's `GraphReport`. Entries are written atomically with a size and sha256 sidecar
-(loopir's `ArtifactCache`, in the per-user private directory), checked before they are read; a
-damaged entry, or one whose kernel library is gone or damaged, is a miss and is rebuilt. Hits
-touch the entry; after each store the least recently used entries go until the directory holds
-at most `graph_cache_max_bytes`. The key is `graph_key.graph_key`.
+and the graph's `GraphReport`. A training graph's entry holds its compiled forward and backward,
+the backward ATen graph and autograd_trace's `RuntimePlan` instead (`TrainingParts`; written
+once the backward has compiled). Paths under the cache's root (kernel libraries) are stored
+relative to it, so a copied cache works (`cache_archive`). Entries are written atomically with a
+size and sha256 sidecar (loopir's `ArtifactCache`, in the per-user private directory), checked
+before they are read; a damaged entry, or one whose kernel library is gone or damaged, is a miss
+and is rebuilt. Hits touch the entry; after each store the least recently used entries go until
+the directory holds at most `graph_cache_max_bytes`. The key is `graph_key.graph_key`.
 """
 
 from __future__ import annotations
@@ -22,20 +25,24 @@ import os
 import pathlib
 import pickle
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
 
-from kiln.loopir.codegen import ArtifactCache, default_cache_root
+from kiln.loopir.codegen import ArtifactCache, ArtifactCacheError, default_cache_root
 
 from . import codegens
 from .graph_key import GraphKey, Uncacheable, graph_key
 from .options import KilnOptions
 from .report import GraphReport
 
+if TYPE_CHECKING:
+    from kiln import autograd_trace
+
 log = logging.getLogger(__name__)
-FORMAT = 1  # bump when an entry's layout changes: older entries then miss
+FORMAT = 2  # bump when an entry's layout changes: older entries then miss
 SUFFIX = ".pkl"
 
 
@@ -64,7 +71,13 @@ def _op_by_name(qualified: str, overload: str | None) -> Any:
 
 
 class _Pickler(pickle.Pickler):
-    """Pickles ATen operators by name (they do not pickle themselves)."""
+    """Pickles ATen operators by name (they do not pickle themselves), and paths inside the
+    cache's root (kernel libraries) relative to it, so a cache copied elsewhere (`save_cache`,
+    `load_cache`) still finds its artifacts."""
+
+    def __init__(self, file: io.BytesIO, root: pathlib.Path) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.root_prefix = str(root) + os.sep
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, torch._ops.OpOverload):
@@ -73,13 +86,37 @@ class _Pickler(pickle.Pickler):
             return _op_by_name, (obj._qualified_op_name, None)
         return NotImplemented
 
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is str and obj.startswith(self.root_prefix):
+            return (_UNDER_ROOT, obj[len(self.root_prefix):])
+        return None
 
-def _dumps(value: Any) -> bytes:
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, root: pathlib.Path) -> None:
+        super().__init__(file)
+        self.root = root
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, relative = pid
+        if kind != _UNDER_ROOT:
+            raise pickle.UnpicklingError(f"unknown persistent reference {kind!r}")
+        return str(self.root / relative)
+
+
+_UNDER_ROOT = "under-cache-root"
+
+
+def _dumps(value: Any, root: pathlib.Path) -> bytes:
     buffer = io.BytesIO()
-    pickler = _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler = _Pickler(buffer, root)
     pickler.dispatch_table = copyreg.dispatch_table.copy()
     pickler.dump(value)
     return buffer.getvalue()
+
+
+def _loads(raw: bytes, root: pathlib.Path) -> Any:
+    return _Unpickler(io.BytesIO(raw), root).load()
 
 
 def freeze_module(module: fx.GraphModule, dynamo_gm: fx.GraphModule) -> dict[str, Any]:
@@ -145,6 +182,43 @@ def _identity(tensor: torch.Tensor) -> tuple[Any, ...]:
     return (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.device)
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainingParts:
+    """What a training graph's entry is made of, once its backward has compiled: the runtime's
+    plan, the compiled forward and backward modules, the backward ATen graph (which tangents
+    reach which gradient; compiled autograd inlines it) and the backward's report."""
+
+    plan: autograd_trace.RuntimePlan
+    forward: fx.GraphModule
+    backward: fx.GraphModule
+    backward_graph: fx.GraphModule
+    backward_report: GraphReport
+
+
+def _freeze_training(parts: TrainingParts, dynamo_gm: fx.GraphModule) -> dict[str, Any]:
+    return {"plan": parts.plan, "forward": freeze_module(parts.forward, dynamo_gm),
+            "backward": freeze_module(parts.backward, dynamo_gm),
+            "backward_graph": freeze_module(parts.backward_graph, dynamo_gm),
+            "backward_report": parts.backward_report}
+
+
+def _thaw_training(frozen: dict[str, Any], dynamo_gm: fx.GraphModule,
+                   on_backward: Callable[[GraphReport], None] | None) -> torch.nn.Module:
+    # Imported here, not with this module: an inference hit needs none of the tracing packages
+    # (the backend imports them on its first miss); unpickling the plan has imported it already.
+    from kiln.autograd_trace import AotCompiled
+
+    backward = thaw_module(frozen["backward"], dynamo_gm)  # now: a damaged library is a miss, not a failed step
+
+    def compile_backward() -> fx.GraphModule:
+        if on_backward is not None:
+            on_backward(frozen["backward_report"])
+        return backward
+
+    return AotCompiled.from_plan(dynamo_gm, frozen["plan"], thaw_module(frozen["forward"], dynamo_gm),
+                                               compile_backward, thaw_module(frozen["backward_graph"], dynamo_gm))
+
+
 class GraphCache:
     """Whole-graph entries under `directory` (see the module docstring)."""
 
@@ -156,8 +230,11 @@ class GraphCache:
     def path(self, key: GraphKey) -> pathlib.Path:
         return self.directory / f"{key.digest}{SUFFIX}"
 
-    def load(self, key: GraphKey, dynamo_gm: fx.GraphModule) -> tuple[fx.GraphModule, GraphReport] | None:
-        """The cached module and report, or None on a miss (a damaged entry is a miss, logged)."""
+    def load(self, key: GraphKey, dynamo_gm: fx.GraphModule,
+             on_backward: Callable[[GraphReport], None] | None = None) -> tuple[torch.nn.Module, GraphReport] | None:
+        """The cached module and report, or None on a miss (a damaged entry is a miss, logged).
+        A training entry's module runs the stored forward and backward under autograd;
+        `on_backward` gets the stored backward's report on the first backward call."""
         path = self.path(key)
         if not path.exists():
             log.debug("kiln graph cache miss %s (%s)", key.digest, key.describe())
@@ -166,12 +243,15 @@ class GraphCache:
             self.files.ensure_directory()
             if not self.files.verified(path):  # it warns: the entry is rebuilt
                 return None
-            entry = pickle.loads(path.read_bytes())
+            entry = _loads(path.read_bytes(), self.directory.parent)
             if entry.get("format") != FORMAT:
                 log.debug("kiln graph cache: entry %s has format %s, not %s: rebuilding", path, entry.get("format"),
                           FORMAT)
                 return None
-            module = thaw_module(entry["module"], dynamo_gm)
+            if "training" in entry:
+                module = _thaw_training(entry["training"], dynamo_gm, on_backward)
+            else:
+                module = thaw_module(entry["module"], dynamo_gm)
         except Exception as exc:  # a library gone or damaged, an unreadable entry: compile again
             log.warning("kiln graph cache: entry %s cannot be loaded (%s: %s): rebuilding it", path,
                         type(exc).__name__, exc)
@@ -180,22 +260,30 @@ class GraphCache:
         log.debug("kiln graph cache hit %s (%s)", key.digest, key.describe())
         return module, entry["report"]
 
-    def store(self, key: GraphKey, module: fx.GraphModule, report: GraphReport, dynamo_gm: fx.GraphModule,
-              added_guards: int = 0) -> None:
-        """Write the entry (atomically, with its checksum); a module that cannot be stored (or
-        whose compile added `added_guards` size guards) is logged at debug level and left out."""
+    def store(self, key: GraphKey, compiled: fx.GraphModule | TrainingParts, report: GraphReport,
+              dynamo_gm: fx.GraphModule, added_guards: int = 0) -> None:
+        """Write the entry of an inference graph's compiled module or a training graph's parts
+        (atomically, with its checksum); a module that cannot be stored (or whose compile added
+        `added_guards` size guards) is logged at debug level and left out."""
         if added_guards:
             log.debug("kiln graph cache: graph %d not stored: compiling it added %d size guards", report.index,
                       added_guards)
             return
         try:
-            raw = _dumps({"format": FORMAT, "module": freeze_module(module, dynamo_gm), "report": report})
+            if isinstance(compiled, TrainingParts):
+                body = {"training": _freeze_training(compiled, dynamo_gm)}
+            else:
+                body = {"module": freeze_module(compiled, dynamo_gm)}
+            raw = _dumps({"format": FORMAT, **body, "report": report}, self.directory.parent)
         except Exception as exc:  # e.g. a codegen whose kernels do not pickle
             log.debug("kiln graph cache: graph %d not stored: %s: %s", report.index, type(exc).__name__, exc)
             return
-        self.files.write(self.path(key), raw)
-        log.debug("kiln graph cache: stored %s (%d bytes; %s)", key.digest, len(raw), key.describe())
-        self.evict()
+        try:  # a full disk or a foreign directory must not fail the compile (or a training step's backward)
+            self.files.write(self.path(key), raw)
+            log.debug("kiln graph cache: stored %s (%d bytes; %s)", key.digest, len(raw), key.describe())
+            self.evict()
+        except (OSError, ArtifactCacheError) as exc:
+            log.warning("kiln graph cache: graph %d not stored in %s: %s", report.index, self.directory, exc)
 
     def entries(self) -> list[tuple[pathlib.Path, int, float]]:
         """(path, bytes with its sidecar, last use) of each entry, least recently used first."""
@@ -249,18 +337,16 @@ def _remove_entry(path: pathlib.Path) -> None:
 
 
 def open_cache(gm: fx.GraphModule, example_inputs: Any, options: KilnOptions, codegen: codegens.Selected,
-               device: str, training: bool) -> tuple[GraphCache, GraphKey] | None:
+               device: str) -> tuple[GraphCache, GraphKey] | None:
     """The cache and key for compiling `gm`, or None (saying why at debug level) when the
-    graph is not cached: the cache is off, a debug mode is on, a training graph, a graph for
-    another device than the CPU (the Triton path keeps only its own kernel cache), or a key
-    that would not be the same in another process."""
+    graph is not cached: the cache is off, a debug mode is on, a graph for another device than
+    the CPU (the Triton path keeps only its own kernel cache), or a key that would not be the
+    same in another process."""
     reason = None
     if not options.graph_cache:
         reason = "off (graph_cache=False / KILN_GRAPH_CACHE=0)"
     elif options.debug_dir is not None or options.verify or options.verify_calls:
         reason = "not used with debug_dir, verify or verify_calls (every stage must run)"
-    elif training:
-        reason = "training graphs are not cached yet"
     elif device != "cpu" or "cpu" not in codegen.codegen.devices:
         reason = f"only CPU graphs are cached (this one is for {device} by the {codegen.codegen.name} codegen)"
     if reason is None:

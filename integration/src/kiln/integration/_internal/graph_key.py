@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import pathlib
 import platform
 import subprocess
@@ -29,6 +30,8 @@ import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch.multiprocessing.reductions import StorageWeakRef
+
+import kiln
 
 from . import codegens
 from .options import KilnOptions
@@ -174,11 +177,16 @@ def _versions_text(codegen_options: Any) -> str:
 
 @functools.lru_cache(maxsize=1)
 def kiln_source_hash() -> str:
-    """A hash of every Python file of the kiln packages this process imported (their own
-    directories: another checkout on the namespace path does not count)."""
+    """A hash of every Python file of the kiln packages, each from the directory it is (or would
+    be) imported from: another checkout further on the namespace path does not count, and a
+    package this process has not imported yet counts the same (a cache hit imports fewer)."""
     digest = hashlib.sha256()
-    for name in sorted(n for n in sys.modules if n.count(".") == 1 and n.startswith("kiln.")):
-        root = pathlib.Path(sys.modules[name].__file__).parent
+    names = sorted({path.parent.name for entry in kiln.__path__ for path in pathlib.Path(entry).glob("*/__init__.py")})
+    for name in names:
+        spec = importlib.util.find_spec(f"kiln.{name}")
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = pathlib.Path(spec.submodule_search_locations[0])
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:24]

@@ -8,7 +8,6 @@ recorded in the `GraphReport`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import operator
 from collections.abc import Callable, Sequence
@@ -22,8 +21,9 @@ from kiln import autograd_trace, capture, decomp, loopir, partition
 from . import codegens
 from .debug import DebugDump
 from .flatten import inline_regions
-from .graph_cache import open_cache
+from .graph_cache import TrainingParts
 from .graph_key import shape_guards
+from .lookup import Lookup
 from .options import KilnOptions
 from .progress import Stages
 from .regions import RegionResults, compile_regions
@@ -37,49 +37,41 @@ def is_training(example_inputs: Sequence[Any]) -> bool:
         isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions, index: int,
+def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions, looked_up: Lookup,
                   on_backward: Callable[[GraphReport], None] | None = None, compiled_autograd: bool = False
                   ) -> tuple[torch.nn.Module, GraphReport]:
-    """Compile one Dynamo graph; returns the module to run and what happened.
+    """Compile one Dynamo graph the cache did not have (`looked_up`, from `lookup.look_up`);
+    returns the module to run and what happened, and stores it in the cache.
 
     ``on_backward`` receives the report of a training graph's backward when it compiles (on the
     first backward call); ``compiled_autograd`` marks a backward pass compiled autograd handed over.
     """
     dump = DebugDump(options.debug_dir)
-    stages = Stages(f"graph {index}")
+    index, stages, location, codegen, cache = (looked_up.index, looked_up.stages, looked_up.location,
+                                               looked_up.codegen, looked_up.cache)
     check = options.verify or dump.enabled
-    with stages.stage("capture"):
-        captured = capture.CapturedGraph.from_backend(gm, example_inputs, index=index)
-        location = str(captured.source) if captured.source is not None else None
-        dump.write("dynamo", lambda: gm.print_readable(print_output=False), ".py")
-        if check:
-            capture.verify(gm)
-    stages.where = location
-    device = codegens.device_type(example_inputs, [n.meta.get("example_value") for n in gm.graph.nodes])
-    codegen = codegens.select(device, options)
+    dump.write("dynamo", lambda: gm.print_readable(print_output=False), ".py")
+    if check:
+        capture.verify(gm)
     training = is_training(example_inputs)
-    with stages.stage("cache_key"):
-        cache = open_cache(gm, example_inputs, options, codegen, device, training)
-    if cache is not None:
-        with stages.stage("cache_load"):
-            hit = cache[0].load(cache[1], gm)
-        if hit is not None:
-            report = dataclasses.replace(hit[1], index=index, location=location, stage_seconds=stages.seconds,
-                                         cached=True, compiled_autograd=compiled_autograd)
-            stages.summary("loaded from the whole-graph cache")
-            log.info("kiln: %s", report)
-            return hit[0], report
     guards = len(shape_guards(example_inputs))
     if training:
-        def backward_report(results: RegionResults, backward_stages: Stages) -> None:
+        forward: dict[str, Any] = {}  # the forward's module and report, for the cache entry
+
+        def backward_report(results: RegionResults, backward_stages: Stages, backward: fx.GraphModule,
+                            backward_aten: fx.GraphModule) -> None:
             report = _report(index, results, backward_stages, location, training=True, backward=True)
             backward_stages.summary()
             log.info("kiln: %s", report)
+            if cache is not None and "report" in forward:  # the entry is whole once the backward compiled
+                parts = TrainingParts(module.plan, forward["module"], backward, backward_aten, report)
+                cache[0].store(cache[1], parts, forward["report"], gm, forward["added_guards"])
             if on_backward is not None:
                 on_backward(report)
 
-        module, compiled = _compile_training(gm, example_inputs, options, codegen, dump, stages, check,
-                                             backward_report, lambda: Stages(f"graph {index} backward", location))
+        module, compiled, forward["module"] = _compile_training(
+            gm, example_inputs, options, codegen, dump, stages, check, backward_report,
+            lambda: Stages(f"graph {index} backward", location))
     else:
         with stages.stage("autograd_trace"):
             aten = autograd_trace.trace_inference(gm, example_inputs)
@@ -88,9 +80,12 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
                 autograd_trace.verify(aten)
         module, compiled = compile_aten(aten, options, codegen, dump, stages, check)
     report = _report(index, compiled, stages, location, training=training, compiled_autograd=compiled_autograd)
-    if cache is not None:
+    added_guards = len(shape_guards(example_inputs)) - guards
+    if training:
+        forward.update(report=report, added_guards=added_guards)
+    elif cache is not None:
         with stages.stage("cache_store"):
-            cache[0].store(cache[1], module, report, gm, len(shape_guards(example_inputs)) - guards)
+            cache[0].store(cache[1], module, report, gm, added_guards)
     stages.summary()
     dump.write("report", str(report))
     log.info("kiln: %s", report)
@@ -108,13 +103,17 @@ def _report(index: int, compiled: RegionResults, stages: Stages, location: str |
 
 def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOptions,
                       codegen: codegens.Selected, dump: DebugDump, stages: Stages, check: bool,
-                      on_backward: Callable[[RegionResults, Stages], None], backward_stages: Callable[[], Stages]
-                      ) -> tuple[torch.nn.Module, RegionResults]:
+                      on_backward: Callable[[RegionResults, Stages, fx.GraphModule, fx.GraphModule], None],
+                      backward_stages: Callable[[], Stages]
+                      ) -> tuple[autograd_trace.AotCompiled, RegionResults, fx.GraphModule]:
     """Joint forward+backward trace, partitioned; each half compiled by the inference pipeline.
+    Returns the runtime module, the forward's results and its compiled module.
 
-    The forward is compiled now; the backward on the first backward call (its report goes to
-    the log and the debug dump, since `explain` has returned by then)."""
+    The forward is compiled now; the backward on the first backward call (its results, stages,
+    compiled module and ATen graph go to `on_backward`: its report goes to the log and the
+    debug dump, since `explain` has returned by then)."""
     forward = RegionResults()
+    forward_module: list[fx.GraphModule] = []
 
     def compiler(label: str):
         def compile_half(aten: fx.GraphModule, _fake_inputs: Sequence[Any]) -> torch.nn.Module:
@@ -124,15 +123,16 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
             module, results = compile_aten(aten, options, codegen, dump, half_stages, check, prefix=f"{label}_")
             if label == "forward":
                 forward.merge(results)
+                forward_module.append(module)
             else:
-                on_backward(results, half_stages)
+                on_backward(results, half_stages, module, aten)
             return module
         return compile_half
 
     with stages.stage("autograd_trace"):
         module = autograd_trace.aot_compile(gm, example_inputs, fw_compiler=compiler("forward"),
                                             bw_compiler=compiler("backward"), partitioner=options.partitioner)
-    return module, forward
+    return module, forward, forward_module[0]
 
 
 def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected, dump: DebugDump,

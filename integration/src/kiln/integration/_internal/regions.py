@@ -1,11 +1,16 @@
 """Compiling a partitioned graph's regions: each lowered to a kernel graph, then all built at once.
 
-Lowering runs region by region (Python). Building runs the codegen's `compile` for every
-lowered region concurrently, in threads: for the C++ codegen that is one compiler process per
-region, so a graph of several regions waits about as long as its slowest build rather than
-their sum (the artifact cache is safe for concurrent builders). Results, fallbacks and debug
-dumps stay in region order. A region that fails to lower or build runs eagerly as a whole (or
-raises, with ``fallback=False``).
+Lowering runs region by region (Python), on a copy of the region whose names do not depend on
+where it sits in the graph (`canonical_copy`): equal regions, such as the layers of a
+transformer, then lower to kernels of equal source. Building runs the codegen's `compile` for
+every lowered region concurrently, in threads: for the C++ codegen that is one compiler process
+per region, so a graph of several regions waits about as long as its slowest build rather than
+their sum (the artifact cache is safe for concurrent builders). Repeated regions are built in a
+second wave, after the first of each kind: they then find their source already compiled in the
+codegen's content-hash cache and only load it (the cache, keyed by the whole source, decides
+what is shared, so nothing is shared by mistake). Results, fallbacks and debug dumps stay in
+region order. A region that fails to lower or build runs eagerly as a whole (or raises, with
+``fallback=False``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import re
 from typing import Any
 
 import torch.fx as fx
@@ -66,7 +72,7 @@ def compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: De
     for name, region in _regions(parted):
         try:
             with stages.stage(f"{prefix}loopir:{name}"):
-                kernel_graph = _lower(region, plugin, options, check)
+                kernel_graph = _lower(canonical_copy(region), plugin, options, check)
                 dump.write(f"{prefix}{name}_kernel_graph", kernel_graph.__str__)
         except errors as exc:
             _region_fails(results, name, region, exc, options)
@@ -96,6 +102,25 @@ def compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: De
     return results
 
 
+def canonical_copy(region: fx.GraphModule) -> fx.GraphModule:
+    """`region` with names independent of its place in the graph: inputs ``in_0``, ``in_1``, ...
+    and every other node named after its op (``view``, ``view_1``, ...), metadata kept."""
+    graph = fx.Graph()
+    copies: dict[fx.Node, fx.Node] = {}
+    for node in region.graph.nodes:
+        if node.op == "placeholder":
+            copy = graph.placeholder(f"in_{len(copies)}")
+        else:
+            copy = graph.create_node(node.op, node.target, fx.node.map_arg(node.args, copies.__getitem__),
+                                     fx.node.map_arg(node.kwargs, copies.__getitem__),
+                                     name=re.sub(r"_\d+$", "", node.name), type_expr=node.type)
+        copy.meta = dict(node.meta)
+        copies[node] = copy
+    canonical = fx.GraphModule(region, graph)
+    canonical.meta = dict(region.meta)
+    return canonical
+
+
 def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions, check: bool) -> loopir.KernelGraph:
     kernel_graph = loopir.lower(region, loopir.LowerOptions(
         options.lowerings, fuse_rows=plugin.capabilities.row_fusion,
@@ -110,13 +135,26 @@ def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions,
 
 def _build_all(kernel_graphs: list[loopir.KernelGraph], codegen: codegens.Selected
                ) -> list[tuple[Any, BaseException | None]]:
-    """(module, None) or (None, the exception) per kernel graph, in order."""
+    """(module, None) or (None, the exception) per kernel graph, in order. Equal kernel graphs
+    (repeated regions; `KernelGraph.key`) build after the first of their kind (module docstring)."""
     def build(kernel_graph: loopir.KernelGraph) -> tuple[Any, BaseException | None]:
         try:
             return codegen.codegen.compile(kernel_graph, codegen.options), None
         except Exception as exc:  # re-raised or reported by the caller, in region order
             return None, exc
 
+    first_of_kind: dict[loopir.KernelGraph, int] = {}
+    for position, kernel_graph in enumerate(kernel_graphs):
+        first_of_kind.setdefault(kernel_graph, position)
+    firsts = sorted(first_of_kind.values())
+    repeats = sorted(set(range(len(kernel_graphs))) - set(firsts))
+    built: dict[int, tuple[Any, BaseException | None]] = {}
+    for wave in (firsts, repeats):
+        built.update(zip(wave, _concurrently(build, [kernel_graphs[p] for p in wave])))
+    return [built[p] for p in range(len(kernel_graphs))]
+
+
+def _concurrently(build: Any, kernel_graphs: list[loopir.KernelGraph]) -> list[tuple[Any, BaseException | None]]:
     if len(kernel_graphs) <= 1:
         return [build(kg) for kg in kernel_graphs]
     workers = min(len(kernel_graphs), os.cpu_count() or 1)

@@ -11,12 +11,15 @@ from kiln.autograd_trace._internal.errors import TraceError, VerifyError
 from kiln.autograd_trace._internal.inference import trace_inference
 from kiln.autograd_trace._internal.joint import JointGraph, trace_joint
 from kiln.autograd_trace._internal.partitioner import Partition, partition_joint
-from kiln.autograd_trace._internal.runtime import aot_compile
+from kiln.autograd_trace._internal.plan import RuntimePlan
+from kiln.autograd_trace._internal.runtime import AotCompiled, aot_compile
 from kiln.autograd_trace._internal.verify import verify
 
 __all__ = [
+    "AotCompiled",
     "JointGraph",
     "Partition",
+    "RuntimePlan",
     "TraceError",
     "VerifyError",
     "aot_compile",

@@ -43,7 +43,26 @@ Decompositions = Mapping[torch._ops.OpOverload, Callable[..., object]]
 
 
 @dataclasses.dataclass(frozen=True)
-class JointGraph:
+class JointSignature:
+    """How a joint graph's inputs and outputs map to the user's (see ``JointGraph``): plain
+    records, shared by the joint graph and the runtime's ``RuntimePlan``."""
+
+    inputs: tuple[InputInfo, ...]
+    outputs: tuple[OutputInfo, ...]
+    out_spec: pytree.TreeSpec
+    mutated_inputs: tuple[int, ...]
+    num_forward_outputs: int
+    tangent_outputs: tuple[int, ...]
+    grad_inputs: tuple[int, ...]
+    num_user_inputs: int
+
+    @property
+    def num_primals(self) -> int:
+        return len(self.inputs)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JointGraph(JointSignature):
     """A functional ATen joint forward+backward graph and what the runtime needs to run it.
 
     ``gm`` takes ``(*primals, *tangents)`` and returns ``(*forward_outputs, *grads)``:
@@ -60,20 +79,8 @@ class JointGraph:
     """
 
     gm: torch.fx.GraphModule
-    inputs: tuple[InputInfo, ...]
-    outputs: tuple[OutputInfo, ...]
-    out_spec: pytree.TreeSpec
-    mutated_inputs: tuple[int, ...]
-    num_forward_outputs: int
-    tangent_outputs: tuple[int, ...]
-    grad_inputs: tuple[int, ...]
     lifted: tuple[LiftedTensor, ...]
-    num_user_inputs: int
     fake_mode: FakeTensorMode = dataclasses.field(repr=False)
-
-    @property
-    def num_primals(self) -> int:
-        return len(self.inputs)
 
     @property
     def primals(self) -> list[torch.fx.Node]:

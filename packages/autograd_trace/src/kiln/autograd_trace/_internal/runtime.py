@@ -30,6 +30,7 @@ from .joint import Decompositions, JointGraph, trace_joint
 from .lifting import fetch_attr
 from .meta import VAL
 from .partitioner import Partition, build_inference_graph, partition_joint
+from .plan import RuntimePlan, TensorLayout, runtime_plan
 from .symbols import bind_symbols, evaluate, has_symbols
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ def aot_compile(
 
 
 class AotCompiled(torch.nn.Module):
-    """The callable ``aot_compile`` returns; ``joint`` and ``partition`` are kept for inspection.
+    """The callable ``aot_compile`` returns; ``joint`` and ``partition`` are kept for inspection
+    (None in a module rebuilt by ``from_plan``), ``plan`` is what the runtime reads.
 
     It registers none of the traced module's parameters as its own: it reads them from the
     traced module on every call, so optimizer updates and replaced parameters are seen.
@@ -85,9 +87,52 @@ class AotCompiled(torch.nn.Module):
         bw_compiler: Compiler,
     ) -> None:
         super().__init__()
-        self.joint = joint
-        self.partition = partition
-        self._runtime = _Runtime(fn, joint, partition, fw_compiler, bw_compiler)
+        self.joint: JointGraph | None = joint
+        self.partition: Partition | None = partition
+        self.plan = runtime_plan(joint, partition)
+        self._runtime = _Runtime(
+            fn,
+            self.plan,
+            forward=_compile(fw_compiler, partition.fw_gm, "forward"),
+            compile_backward=lambda: _compile(bw_compiler, partition.bw_gm, "backward"),
+            compile_inference=lambda: _compile(
+                fw_compiler, build_inference_graph(joint), "forward-only"
+            ),
+            backward_graph=partition.bw_gm,
+            lifted_values=[entry.value for entry in joint.lifted],
+        )
+
+    @classmethod
+    def from_plan(
+        cls,
+        fn: torch.nn.Module,
+        plan: RuntimePlan,
+        forward: Callable[..., Sequence[object]],
+        compile_backward: Callable[[], Callable[..., Sequence[object]]],
+        backward_graph: torch.fx.GraphModule,
+    ) -> AotCompiled:
+        """The module ``aot_compile`` made, rebuilt without tracing: from its ``plan``, its
+        compiled ``forward``, a function returning its compiled backward (called on the first
+        backward call) and the backward ATen graph (read for which tangents reach which
+        gradient, and inlined by compiled autograd; no ``meta`` needed). ``fn`` is the traced
+        module (or an equal one): lifted tensors are read from it by name. Calls that need no
+        gradients run the compiled forward and keep its first outputs (no separate
+        forward-only graph is compiled)."""
+        self = cls.__new__(cls)
+        torch.nn.Module.__init__(self)
+        self.joint = None
+        self.partition = None
+        self.plan = plan
+        self._runtime = _Runtime(
+            fn,
+            plan,
+            forward=forward,
+            compile_backward=compile_backward,
+            compile_inference=lambda: _ForwardOutputsOnly(forward, plan.num_forward_outputs),
+            backward_graph=backward_graph,
+            lifted_values=None,
+        )
+        return self
 
     def forward(self, *args: object) -> object:
         return self._runtime(args)
@@ -104,39 +149,53 @@ class AotCompiled(torch.nn.Module):
         return clone
 
 
+class _ForwardOutputsOnly:
+    """A training forward used for a call that needs no gradients: its first outputs."""
+
+    def __init__(self, forward: Callable[..., Sequence[object]], num_outputs: int) -> None:
+        self.forward = forward
+        self.num_outputs = num_outputs
+
+    def __call__(self, *args: object) -> Sequence[object]:
+        return tuple(self.forward(*args))[: self.num_outputs]
+
+
 class _Runtime:
     def __init__(
         self,
         fn: Callable[..., object],
-        joint: JointGraph,
-        partition: Partition,
-        fw_compiler: Compiler,
-        bw_compiler: Compiler,
+        plan: RuntimePlan,
+        forward: Callable[..., Sequence[object]],
+        compile_backward: Callable[[], Callable[..., Sequence[object]]],
+        compile_inference: Callable[[], Callable[..., Sequence[object]]],
+        backward_graph: torch.fx.GraphModule,
+        lifted_values: Sequence[torch.Tensor] | None,
     ) -> None:
         self.fn = fn
-        self.joint = joint
-        self.partition = partition
-        self.fw_compiler = fw_compiler
-        self.bw_compiler = bw_compiler
-        self.traced_primals = [p.meta.get(VAL) for p in joint.primals]
-        self.forward = _compile(fw_compiler, partition.fw_gm, "forward")
-        self.traceable_backward = _views_as_reshapes(partition.bw_gm)
+        self.plan = plan
+        self.forward = forward
+        self._compile_backward = compile_backward
+        self._compile_inference = compile_inference
+        self.backward_graph = backward_graph
+        self.lifted_values = lifted_values
+        # made now, not on first use: Dynamo traces the backward that reads it (compiled autograd)
+        self.traceable_backward = _views_as_reshapes(backward_graph)
         self.function = _make_function(self)
 
     @functools.cached_property
     def backward(self) -> Callable[..., Sequence[object]]:
-        return _compile(self.bw_compiler, self.partition.bw_gm, "backward")
+        return self._compile_backward()
 
     @functools.cached_property
     def inference(self) -> Callable[..., Sequence[object]]:
-        return _compile(self.fw_compiler, build_inference_graph(self.joint), "forward-only")
+        return self._compile_inference()
 
     def __call__(self, args: Sequence[object]) -> object:
-        joint = self.joint
-        if len(args) != joint.num_user_inputs:
+        plan = self.plan
+        if len(args) != plan.num_user_inputs:
             raise TypeError(
-                f"kiln.autograd_trace: the compiled function takes {joint.num_user_inputs} inputs "
-                f"({', '.join(i.name for i in joint.inputs[: joint.num_user_inputs])}), got {len(args)}"
+                f"kiln.autograd_trace: the compiled function takes {plan.num_user_inputs} inputs "
+                f"({', '.join(i.name for i in plan.inputs[: plan.num_user_inputs])}), got {len(args)}"
             )
         flat = [*args, *self._lifted_values()]
         self._check_inputs(flat)
@@ -146,16 +205,16 @@ class _Runtime:
             forward_values = tuple(self.inference(*flat))
         self._apply_mutations(flat, forward_values)
         outputs = self._user_outputs(flat, forward_values)
-        return pytree.tree_unflatten(outputs, joint.out_spec)
+        return pytree.tree_unflatten(outputs, plan.out_spec)
 
     def _lifted_values(self) -> list[torch.Tensor]:
         if not isinstance(self.fn, torch.nn.Module):
-            return [entry.value for entry in self.joint.lifted]
-        return [fetch_attr(self.fn, entry.names[0]) for entry in self.joint.lifted]
+            return list(self.lifted_values)
+        return [fetch_attr(self.fn, name) for name in self.plan.lifted_names]
 
     def _check_inputs(self, flat: Sequence[object]) -> None:
-        for value, traced, info in zip(flat, self.traced_primals, self.joint.inputs, strict=True):
-            if not isinstance(traced, torch.Tensor) or not isinstance(value, torch.Tensor):
+        for value, traced, info in zip(flat, self.plan.primal_layouts, self.plan.inputs, strict=True):
+            if not isinstance(traced, TensorLayout) or not isinstance(value, torch.Tensor):
                 continue
             same_shape = has_symbols(traced.shape) or tuple(traced.shape) == tuple(value.shape)
             if same_shape and traced.dtype == value.dtype:
@@ -167,10 +226,10 @@ class _Runtime:
             )
 
     def _needs_autograd(self, flat: Sequence[object]) -> bool:
-        if not torch.is_grad_enabled() or self.joint.num_forward_outputs == 0:
+        if not torch.is_grad_enabled() or self.plan.num_forward_outputs == 0:
             return False
         needs = False
-        for value, info in zip(flat, self.joint.inputs, strict=True):
+        for value, info in zip(flat, self.plan.inputs, strict=True):
             if isinstance(value, torch.Tensor) and value.requires_grad:
                 if not info.requires_grad:
                     raise RuntimeError(
@@ -182,7 +241,7 @@ class _Runtime:
         return needs
 
     def _apply_mutations(self, flat: Sequence[object], forward_values: Sequence[object]) -> None:
-        for k, i in enumerate(self.joint.mutated_inputs):
+        for k, i in enumerate(self.plan.mutated_inputs):
             real, new = flat[i], forward_values[k]
             if real is new:
                 continue
@@ -198,7 +257,7 @@ class _Runtime:
     ) -> list[object]:
         outputs: list[object] = []
         bindings = None
-        for info in self.joint.outputs:
+        for info in self.plan.outputs:
             if info.source == FROM_FORWARD:
                 outputs.append(forward_values[info.index])
             elif info.source == FROM_INPUT:
@@ -216,7 +275,7 @@ class _Runtime:
             elif info.source == FROM_INPUT_VIEW:
                 size, stride, offset = info.view
                 if bindings is None and has_symbols([*size, *stride, offset]):
-                    bindings = bind_symbols(self.traced_primals, flat)
+                    bindings = bind_symbols(self.plan.primal_layouts, flat)
                 concrete = [
                     [evaluate(v, bindings or {}) for v in part] for part in (size, stride, [offset])
                 ]
@@ -242,10 +301,10 @@ def _compile(
 
 
 def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
-    joint, partition = runtime.joint, runtime.partition
-    num_forward = joint.num_forward_outputs
-    num_saved = partition.num_saved_tensors
-    differentiable = set(joint.tangent_outputs)
+    plan = runtime.plan
+    num_forward = plan.num_forward_outputs
+    num_saved = plan.num_saved_tensors
+    differentiable = set(plan.tangent_outputs)
 
     class KilnCompiledFunction(torch.autograd.Function):
         @staticmethod
@@ -253,7 +312,7 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
             results = tuple(runtime.forward(*flat))
             outputs = results[:num_forward]
             saved = [
-                _unshare_mutated(t, flat, joint.mutated_inputs)
+                _unshare_mutated(t, flat, plan.mutated_inputs)
                 for t in results[num_forward : num_forward + num_saved]
             ]
             ctx.save_for_backward(*saved)
@@ -262,7 +321,7 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
             # keep None gradients, as in eager (an optimizer then leaves those parameters alone).
             ctx.set_materialize_grads(False)
             ctx.kiln_tangent_likes = [
-                (o.shape, o.dtype, o.device) for o in (outputs[j] for j in joint.tangent_outputs)
+                (o.shape, o.dtype, o.device) for o in (outputs[j] for j in plan.tangent_outputs)
             ]
             ctx.mark_non_differentiable(
                 *(
@@ -275,7 +334,7 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
 
         @staticmethod
         def backward(ctx, *grad_outputs):
-            tangents = [grad_outputs[j] for j in joint.tangent_outputs]
+            tangents = [grad_outputs[j] for j in plan.tangent_outputs]
             unreached = {k for k, t in enumerate(tangents) if t is None}
             tangents = [
                 _dense(t) if t is not None else torch.zeros(shape, dtype=dtype, device=device)
@@ -288,9 +347,9 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
                 grads = _no_double_backward(grads)
             reaching = None
             if unreached and not torch.compiler.is_compiling():  # compiled autograd: zeros, as before
-                reaching = _tangents_reaching_outputs(runtime.partition.bw_gm, len(tangents))
-            result: list[object] = [None] * joint.num_primals
-            for k, (i, grad) in enumerate(zip(joint.grad_inputs, grads, strict=True)):
+                reaching = _tangents_reaching_outputs(runtime.backward_graph, len(tangents))
+            result: list[object] = [None] * plan.num_primals
+            for k, (i, grad) in enumerate(zip(plan.grad_inputs, grads, strict=True)):
                 if reaching is None or not reaching[k] or not reaching[k] <= unreached:
                     result[i] = grad
             return tuple(result)

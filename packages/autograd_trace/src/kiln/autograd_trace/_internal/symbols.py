@@ -2,7 +2,8 @@
 
 With dynamic shapes the view of an input that an output is (size, stride, storage offset)
 is known as sympy expressions over the input sizes. At run time each plain symbol is bound by
-matching the traced fake inputs against the real ones, and the expressions are evaluated.
+matching the traced input layouts (``plan.TensorLayout``, or a scalar's expression) against
+the real inputs, and the expressions are evaluated.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from collections.abc import Sequence
 import sympy
 import torch
 
-log = logging.getLogger(__name__)
+from .plan import TensorLayout, is_symbolic
 
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+log = logging.getLogger(__name__)
 
 
 def has_symbols(values: Sequence[object]) -> bool:
-    return any(isinstance(v, _SYMBOLIC) for v in values)
+    return any(is_symbolic(v) for v in values)
 
 
 def bind_symbols(
@@ -31,31 +32,29 @@ def bind_symbols(
     that is a bare symbol would come back as a Python int rather than a sympy expression.
     """
     bindings: dict[sympy.Symbol, sympy.Integer] = {}
-    for fake, real in zip(traced, actual, strict=True):
-        if isinstance(fake, torch.Tensor) and isinstance(real, torch.Tensor):
+    for layout, real in zip(traced, actual, strict=True):
+        if isinstance(layout, TensorLayout) and isinstance(real, torch.Tensor):
             pairs = [
-                *zip(fake.shape, real.shape),
-                *zip(fake.stride(), real.stride()),
-                (fake.storage_offset(), real.storage_offset()),
+                *zip(layout.shape, real.shape),
+                *zip(layout.stride, real.stride()),
+                (layout.storage_offset, real.storage_offset()),
             ]
         else:
-            pairs = [(fake, real)]
+            pairs = [(layout, real)]
         for symbolic, concrete in pairs:
-            if isinstance(symbolic, _SYMBOLIC):
-                expr = symbolic.node.expr
-                if isinstance(expr, sympy.Symbol):
-                    bindings[expr] = sympy.Integer(int(concrete))
+            if isinstance(symbolic, sympy.Symbol):
+                bindings[symbolic] = sympy.Integer(int(concrete))
     return bindings
 
 
 def evaluate(value: object, bindings: dict[sympy.Symbol, sympy.Integer]) -> int:
     """The int a traced size takes under ``bindings``; raises if a symbol stays unbound."""
-    if not isinstance(value, _SYMBOLIC):
+    if not isinstance(value, sympy.Expr):
         return int(value)
-    result = value.node.expr.xreplace(bindings)
+    result = value.xreplace(bindings)
     if result.free_symbols:
         raise RuntimeError(
-            f"kiln.autograd_trace: cannot evaluate the size {value.node.expr} for this call: "
+            f"kiln.autograd_trace: cannot evaluate the size {value} for this call: "
             f"{sorted(map(str, result.free_symbols))} are not sizes of any input"
         )
     return int(result)
