@@ -199,3 +199,37 @@ def test_empty_strided_keeps_its_exact_strides(codegen):
     x = torch.rand(4, 5).t().contiguous().t()
     got, _ = run_compiled(fns, (x,), codegen)
     assert not compare(fns, got, (x,))
+
+
+class _ConvBlock(torch.nn.Module):
+    """The channels-last row of `tools/bench.py`: convolution, batch norm, ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_channels_last_conv_block_keeps_its_layout_and_runs_vector_code(training):
+    torch.manual_seed(0)
+    block = _ConvBlock().to(memory_format=torch.channels_last).train(training)
+    x = torch.randn(4, 16, 10, 10).contiguous(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    report = explain(block, x, options={"fallback": False, "codegen": "cpu"})
+    assert report.kernel_count >= 1 and set(report.fallback_ops) <= {"aten.convolution.default", "aten.copy_.default"}
+    expected_block = _ConvBlock().to(memory_format=torch.channels_last).train(training)
+    expected_block.load_state_dict(block.state_dict())  # explain ran it once (running statistics)
+    with torch.no_grad():
+        got = torch.compile(block, backend="kiln", options={"fallback": False})(x)
+        expected = expected_block(x)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert got.stride() == expected.stride() == x.stride()
+    torch.testing.assert_close(block.bn.running_var, expected_block.bn.running_var)
+    # C innermost: the batch statistics reduce along the channels (vector lanes), the per-channel
+    # scale is computed before the N, H, W loops
+    assert "computed before the loops" in report.source
+    assert ("vacc_" in report.source) == training
