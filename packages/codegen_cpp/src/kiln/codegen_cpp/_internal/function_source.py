@@ -285,6 +285,14 @@ def _outer_loops(kernel: Kernel, handler: CppVectorHandler | None, body: list[st
     return [loop for loop in loops if loop[0] not in units], used
 
 
+def _outer_parallel_if(kernel: Kernel, options: CppOptions) -> str | None:
+    """The outer loop's parallel `if` clause (see `parallel_if`); None: a serial loop."""
+    if not options.openmp or _single_outer_point(kernel):
+        return None
+    inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
+    return parallel_if((*kernel.ranges, *inner), options)
+
+
 def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     """The C++ definition of one kernel."""
     body, handler, why_scalar = _kernel_body(kernel, options)
@@ -300,24 +308,20 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     depth = 1
     pointwise = not any(isinstance(n.body, Reduction) for n in kernel.nodes)
     scratch = _scratch_lines(kernel)
-    clause = None  # the outer loop's parallel `if` clause; None: a serial loop
-    if options.openmp and not _single_outer_point(kernel):
-        inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
-        clause = parallel_if((*kernel.ranges, *inner), options)
+    clause = _outer_parallel_if(kernel, options)
     # With a parallel outer loop, each thread gets its own scratch rows: a parallel region
     # declares them, then shares out the loop (`omp for`). Otherwise they are declared once.
     per_thread = bool(scratch) and clause is not None
-    if scratch and not per_thread:
-        lines += indent(scratch, depth)
     # Transposed reads (lane-strided loads): the loop around the vector loop goes by tiles of
     # TILE, and runs inside it, so a TILE x KILN_LANES block is read and written at a time.
     tiled = outer_vector_loop and handler.strided_loads
     loops, units = _outer_loops(kernel, handler if vector else None, body)
     lines += indent([f"constexpr int64_t {var} = 0;  // a loop of one iteration" for var in units], depth)
-    if outer_vector_loop and not tiled and not handler.checks and len(loops) > 1:
+    if outer_vector_loop and _pointwise_only(kernel) and not tiled and not handler.checks and len(loops) > 1:
         prologue, body = hoist_lane_values(body, handler.definitions, handler.types, *loops[-1],
                                            [var for var, _ in loops[:-1]])
         lines += indent(prologue, depth)
+    lines += indent(scratch if scratch and not per_thread else [], depth)
     for pos, (var, extent) in enumerate(loops):
         innermost = pos == len(loops) - 1
         if tiled and pos == len(loops) - 2:

@@ -36,6 +36,10 @@ MAX_LANE_EXTENT = 16384
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 _DEFINITION = re.compile(r"^(\s*)auto (\w+) = (.*);$")
 _LOCAL = re.compile(r"^(tmp|inv)\d+$")  # the handler's variables
+# Other variables a body may read (reduction accumulators and results, scratch rows, checks):
+# never lane-only (the caller hoists in pointwise kernels only; this keeps it safe elsewhere).
+_NOT_HOISTABLE = ("out_", "row_", "kiln_", "acc_", "vacc_", "vsum_", "sum_", "vresult_", "vnan_", "vat_",
+                  "vbest_", "best_", "nan_", "partials_")
 # Expressions as cheap to evaluate in the body as to load from an array.
 _CHEAP = ("kiln::load(", "kiln::splat<", "kiln::ramp<", "static_cast<")
 
@@ -47,7 +51,7 @@ def _lane_only(definitions: dict[str, str], other_loops: set[str]) -> dict[str, 
         words = set(_WORD.findall(text))
         lane_only[name] = not (words & other_loops) and all(
             lane_only.get(w, False) for w in words if _LOCAL.match(w)) and not any(
-            w.startswith(("out_", "row_", "kiln_status")) for w in words)
+            w.startswith(_NOT_HOISTABLE) for w in words)
     return lane_only
 
 
