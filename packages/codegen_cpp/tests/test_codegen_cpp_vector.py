@@ -193,6 +193,7 @@ OUTER = {
     "sum and amax over dim 0": (lambda x: (x.sum(0), x.amax(0)), (torch.randn(64, 256),)),
     "mean over a transposed input": (lambda x: x.t().mean(-1), (torch.randn(64, 256),)),
     "batch-norm-like statistics over dims 0 and 2": (lambda x: x.mean((0, 2)), (torch.randn(8, 64, 32),)),
+    "mean over dim 0, a loop around the lanes": (lambda x: (x.mean(0) + 1).sqrt(), (torch.rand(16, 8, 64),)),
     "transposed add (2-D tiles)": (lambda x, y: x.t().contiguous() + y, (torch.randn(64, 256), torch.randn(256, 64))),
     "transposed output (loops reordered)": (lambda x: x.t() * 2 + 1, (torch.randn(64, 256),)),
 }
