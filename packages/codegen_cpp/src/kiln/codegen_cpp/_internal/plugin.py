@@ -30,5 +30,5 @@ def options_from(settings: Mapping[str, Any]) -> CppOptions:
 CODEGEN = Codegen(
     name="cpu", devices=("cpu",), compile=compile, make_options=options_from,
     # rows in a per-thread scratch row; bfloat16/float16 stored as 16 bits, computed in float
-    capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True, recompute_cheap=True),
+    capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True),
     errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp")
