@@ -2,6 +2,9 @@
 
 Every number is measured in this run. Ratios > 1 mean kiln is faster. The kiln backend is
 wrapped in a call counter: a row where Dynamo never called kiln is reported as an error.
+The three are timed interleaved (one call of each per round, `--repeat` rounds, medians), so
+load from other processes falls on all three alike. `--suite channels-last` runs the
+channels-last ConvNet block rows alone.
 """
 
 from __future__ import annotations
@@ -9,16 +12,18 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import statistics
 import sys
 import tempfile
+import time
 
 import torch
 from workloads import (
     CountingBackend,
-    compile_and_time,
+    channels_last_workloads,
     max_error,
-    median_seconds,
     model_workloads,
+    synchronize,
     table,
     workloads,
 )
@@ -26,16 +31,43 @@ from workloads import (
 from kiln.integration import backend as kiln_backend
 
 
+def interleaved_medians(fns: list, repeat: int, device: str, warmup: int = 3) -> list[float]:
+    """The median seconds per call of each of `fns`, timed in turns: each round calls every fn
+    once, so a burst of load from elsewhere slows all of them, not one."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    synchronize(device)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, spent in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            spent.append(time.perf_counter() - start)
+    return [statistics.median(spent) for spent in times]
+
+
+def compile_timed(fn, args, backend) -> tuple:
+    """`torch.compile(fn, backend=backend)` and the seconds of its first call. Unlike
+    `compile_and_time`, Dynamo is not reset: both compiled versions stay cached, to be timed
+    in turns (each entry is guarded by its backend)."""
+    compiled = torch.compile(fn, backend=backend)
+    start = time.perf_counter()
+    compiled(*args)
+    return compiled, time.perf_counter() - start
+
+
 def bench_one(name, fn, args, repeat: int, device: str) -> list[str]:
     eager_out = fn(*args)
-    eager = median_seconds(lambda: fn(*args), repeat, device=device)
-    inductor_fn, inductor_compile, _ = compile_and_time(fn, args, "inductor")
-    inductor = median_seconds(lambda: inductor_fn(*args), repeat, device=device)
+    torch._dynamo.reset()
+    inductor_fn, inductor_compile = compile_timed(fn, args, "inductor")
     # A fresh code cache per workload: compile times include building the generated code.
     fresh_cache = tempfile.mkdtemp(prefix="kiln-bench-")
     counting = CountingBackend(functools.partial(kiln_backend, options={"cache_dir": fresh_cache}))
-    kiln_fn, kiln_compile, _ = compile_and_time(fn, args, counting)
-    kiln = median_seconds(lambda: kiln_fn(*args), repeat, device=device)
+    kiln_fn, kiln_compile = compile_timed(fn, args, counting)
+    eager, inductor, kiln = interleaved_medians(
+        [lambda: fn(*args), lambda: inductor_fn(*args), lambda: kiln_fn(*args)], repeat, device)
     if counting.calls == 0:
         raise RuntimeError(f"{name}: Dynamo never called the kiln backend")
     error = max_error(kiln_fn(*args), eager_out)
@@ -48,8 +80,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--suite", default="all", choices=["micro", "models", "all"],
-                        help="micro: small graphs; models: Hugging Face BERT/GPT-2/Llama from configs")
+    parser.add_argument("--suite", default="all", choices=["micro", "models", "channels-last", "all"],
+                        help="micro: small graphs (the channels-last rows included); models: Hugging Face "
+                             "BERT/GPT-2/Llama from configs; channels-last: the ConvNet block rows alone")
     parser.add_argument("--cpp-vectorize", choices=["default", "on", "off"], default="default",
                         help="the C++ codegen's explicit vector code (CppOptions.vectorize, on by default; "
                              "set through KILN_CPP_VECTORIZE): compare `on` with `off` in two runs, or per "
@@ -67,6 +100,8 @@ def main() -> int:
             chosen += workloads(options.device)
         if options.suite in ("models", "all"):
             chosen += model_workloads(options.device)
+        if options.suite == "channels-last":
+            chosen += channels_last_workloads(options.device)
         for name, fn, args in chosen:
             rows.append(bench_one(name, fn, args, options.repeat, options.device))
             print(f"done: {name}", file=sys.stderr)

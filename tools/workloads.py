@@ -52,6 +52,40 @@ def row_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.sum(-1), x.amax(-1)
 
 
+class ConvBlock(torch.nn.Module):
+    """A small ConvNet block: 3x3 convolution (an ATen call in every backend), batch norm, ReLU;
+    without the convolution (`conv=False`), the batch norm and ReLU alone (what a compiler
+    generates code for)."""
+
+    def __init__(self, channels: int = 64, conv: bool = True) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, 3, padding=1, bias=False) if conv else torch.nn.Identity()
+        self.bn = torch.nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x)))
+
+
+def channels_last_workloads(device: str = "cpu") -> list[tuple[str, Callable[..., Any], tuple[torch.Tensor, ...]]]:
+    """The ConvNet block on a channels-last batch: batch norm in eval mode (running statistics)
+    and in training mode (batch statistics over N, H, W: reductions along the outer dims of a
+    tensor whose channels are contiguous; the forward pass, its running statistics updated)."""
+    torch.manual_seed(0)
+    batch, side = (16, 28) if device == "cpu" else (64, 56)
+    image = torch.randn(batch, 64, side, side, device=device).contiguous(memory_format=torch.channels_last)
+    shape = f"{batch}x64x{side}x{side}"
+
+    def block(conv: bool, train: bool) -> torch.nn.Module:
+        module = ConvBlock(64, conv).to(device).to(memory_format=torch.channels_last)
+        return module.train(train)
+
+    return [
+        (f"conv+bn+relu channels-last {shape}", block(True, False), (image,)),
+        (f"conv+bn(train)+relu channels-last {shape}", block(True, True), (image,)),
+        (f"bn(train)+relu channels-last {shape}", block(False, True), (image,)),
+    ]
+
+
 def workloads(device: str = "cpu") -> list[tuple[str, Callable[..., Any], tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     rows = 2048 if device == "cpu" else 16384
@@ -61,6 +95,7 @@ def workloads(device: str = "cpu") -> list[tuple[str, Callable[..., Any], tuple[
         (f"pointwise {rows}x1024", pointwise_chain, (big,)),
         (f"softmax {rows}x1024", softmax_rows, (big,)),
         (f"sum+amax {rows}x1024", row_stats, (big,)),
+        *channels_last_workloads(device),
     ]
 
 

@@ -6,10 +6,11 @@ and the Triton codegen under Triton's interpreter (a smaller slice: its interpre
 The ops are OpInfos of torch's database, each called as its kind is called: unary ufuncs on
 one input (with the scalar arguments of the OpInfo's first sample), binary ufuncs on two inputs
 of the same layout, of another layout and broadcast, reductions over a middle dim, the last dim
-and all dims (keepdim or not), and `*_like` creation ops (values not compared for empty and
-random ones: only their layout). CI runs the representative sample of CI_OPS; the samples of one
+and all dims (keepdim or not), and `*_like` / `new_*` creation ops (values not compared for empty
+and random ones: only their layout). CI runs the representative sample of CI_OPS; the samples of one
 layout are one compiled graph (one C++ translation unit), so a run costs a few compiles.
-``KILN_STRIDES=full`` runs every unary, binary and reduction OpInfo whose op loopir lowers.
+``KILN_STRIDES=full`` runs every unary, binary and reduction OpInfo whose op loopir lowers, the
+reductions kiln decomposes (var, std, nansum, ...) and every `*_like` / `new_*` op.
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ SHAPE = (2, 3, 4, 5)  # every dim > 1 and distinct, so every stride is significa
 # OpInfo names by kind: a representative sample (CI) of each kind.
 CI_OPS = {
     "unary": ("exp", "sigmoid", "abs", "sqrt", "tanh", "floor", "isnan", "nn.functional.silu", "logical_not"),
-    "binary": ("add", "mul", "div.no_rounding_mode", "maximum", "atan2", "eq", "remainder"),
+    "binary": ("add", "mul", "div.no_rounding_mode", "maximum", "atan2", "eq", "remainder", "copysign"),
     "reduction": ("sum", "amax", "mean", "prod", "argmax", "any", "var"),
     "like": ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "clone"),
 }
 TRITON_OPS = {"unary": ("exp", "sigmoid"), "binary": ("add", "maximum"), "reduction": ("sum", "amax"),
               "like": ("zeros_like", "empty_like", "clone")}
-UNCOMPARED_VALUES = frozenset({"empty_like", "rand_like", "randn_like", "empty_strided"})
+UNCOMPARED_VALUES = frozenset({"empty_like", "rand_like", "randn_like", "randint_like", "new_empty", "empty_strided"})
 
 
 def channels_last(t: torch.Tensor) -> torch.Tensor:
@@ -67,8 +68,23 @@ def opinfos() -> dict[str, Any]:
     return {f"{o.name}.{o.variant_test_name}" if o.variant_test_name else o.name: o for o in op_db}
 
 
+# Reduction OpInfos kiln compiles through its decompositions (their ATen op is not loopir's),
+# and those without a keepdim argument.
+DECOMPOSED_REDUCTIONS = ("var", "std", "nansum", "nanmean", "linalg.vector_norm", "count_nonzero")
+NO_KEEPDIM = frozenset({"count_nonzero"})
+# `*_like` and `new_*` creation ops: (function of x, its extra arguments).
+LIKE_CALLS: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+    **{name: (getattr(torch, name), ()) for name in (
+        "empty_like", "zeros_like", "ones_like", "rand_like", "randn_like", "clone")},
+    "full_like": (torch.full_like, (2.5,)), "randint_like": (torch.randint_like, (10,)),
+    **{name: (getattr(torch.Tensor, name), (SHAPE[1:],)) for name in ("new_zeros", "new_ones", "new_empty")},
+    "new_full": (torch.Tensor.new_full, (SHAPE[1:], 1.5)),
+}
+
+
 def full_sweep() -> dict[str, tuple[str, ...]]:
-    """Every unary, binary and reduction OpInfo named after an op loopir lowers."""
+    """Every unary, binary and reduction OpInfo named after an op loopir lowers, the reductions
+    kiln decomposes, and every `*_like`/`new_*` creation op."""
     from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo, UnaryUfuncInfo
 
     packets = {op.overloadpacket.__name__ for op in loopir.supported_ops()}
@@ -76,7 +92,8 @@ def full_sweep() -> dict[str, tuple[str, ...]]:
     chosen = {kind: tuple(name for name, o in opinfos().items() if type(o) is cls and o.aten_name in packets
                           and torch.float32 in o.supported_dtypes("cpu"))
               for kind, cls in kinds.items()}
-    return {**chosen, "like": CI_OPS["like"] + ("randn_like",)}
+    chosen["reduction"] += DECOMPOSED_REDUCTIONS
+    return {**chosen, "like": tuple(LIKE_CALLS)}
 
 
 def scalar_arguments(opinfo: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -97,12 +114,12 @@ def calls(kind: str, name: str) -> list[tuple[str, Callable[..., Any]]]:
                 (f"{name}(contiguous other)", lambda x, y: op(x, y.contiguous())),
                 (f"{name}(broadcast row)", lambda x, y: op(x, y[:, :, :1, :].contiguous()))]
     if kind == "reduction":
-        return [(f"{name}(dim=1, keepdim)", lambda x, y: op(x, dim=1, keepdim=True)),
+        keepdim = [] if name in NO_KEEPDIM else [(f"{name}(dim=1, keepdim)", lambda x, y: op(x, dim=1, keepdim=True))]
+        return [*keepdim,
                 (f"{name}(dim=-1)", lambda x, y: op(x, dim=-1)),
                 (f"{name}(dim=2)", lambda x, y: op(x, dim=2)),
                 (f"{name}()", lambda x, y: op(x))]
-    extra = (2.5,) if name == "full_like" else ()
-    like = getattr(torch, name)  # rand_like's OpInfo wraps it in a function Dynamo skips
+    like, extra = LIKE_CALLS[name]  # torch's functions: rand_like's OpInfo wraps it in one Dynamo skips
     return [(name, lambda x, y: like(x, *extra))]
 
 
@@ -199,3 +216,37 @@ def test_empty_strided_keeps_its_exact_strides(codegen):
     x = torch.rand(4, 5).t().contiguous().t()
     got, _ = run_compiled(fns, (x,), codegen)
     assert not compare(fns, got, (x,))
+
+
+class _ConvBlock(torch.nn.Module):
+    """The channels-last row of `tools/bench.py`: convolution, batch norm, ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_channels_last_conv_block_keeps_its_layout_and_runs_vector_code(training):
+    torch.manual_seed(0)
+    block = _ConvBlock().to(memory_format=torch.channels_last).train(training)
+    x = torch.randn(4, 16, 10, 10).contiguous(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    report = explain(block, x, options={"fallback": False, "codegen": "cpu"})
+    assert report.kernel_count >= 1 and set(report.fallback_ops) <= {"aten.convolution.default", "aten.copy_.default"}
+    expected_block = _ConvBlock().to(memory_format=torch.channels_last).train(training)
+    expected_block.load_state_dict(block.state_dict())  # explain ran it once (running statistics)
+    with torch.no_grad():
+        got = torch.compile(block, backend="kiln", options={"fallback": False})(x)
+        expected = expected_block(x)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert got.stride() == expected.stride() == x.stride()
+    torch.testing.assert_close(block.bn.running_var, expected_block.bn.running_var)
+    # C innermost: the batch statistics reduce along the channels (vector lanes); in eval mode the
+    # per-channel scale is computed before the N, H, W loops (in training its own kernel has it)
+    assert ("vacc_" in report.source) == training
+    assert training or "computed before the loops" in report.source

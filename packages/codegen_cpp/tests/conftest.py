@@ -65,19 +65,20 @@ class Builder:
         return Builder(dataclasses.replace(self.options, **changes))
 
     def build(self, fn: Callable[..., Any], *args: Any, tracing_mode: str = "real",
-              retarget: Mapping[Any, Any] | None = None, row_temporaries: bool = False) -> Compiled:
+              retarget: Mapping[Any, Any] | None = None, row_temporaries: bool = False,
+              recompute_cheap: bool = False) -> Compiled:
         kg = loopir.lower(trace(fn, *args, tracing_mode=tracing_mode, retarget=retarget),
-                          row_temporaries=row_temporaries)
+                          row_temporaries=row_temporaries, recompute_cheap=recompute_cheap)
         module = codegen_cpp.compile(kg, self.options)
         codegen_cpp.verify(module)
         return Compiled(kg, module)
 
     def check(self, fn: Callable[..., Any], *args: Any, tracing_mode: str = "real",
               retarget: Mapping[Any, Any] | None = None, calls: Sequence[tuple[Any, ...]] | None = None,
-              row_temporaries: bool = False, **tolerances: Any) -> Compiled:
+              row_temporaries: bool = False, recompute_cheap: bool = False, **tolerances: Any) -> Compiled:
         """Compile `fn` traced on `args`; compare with eager on `args` and on each of `calls`."""
         compiled = self.build(fn, *args, tracing_mode=tracing_mode, retarget=retarget,
-                              row_temporaries=row_temporaries)
+                              row_temporaries=row_temporaries, recompute_cheap=recompute_cheap)
         for call_args in [args, *(calls or [])]:
             assert_same(compiled.module(*call_args), fn(*call_args), **tolerances)
         return compiled

@@ -3,6 +3,7 @@ that hot loops use kiln's vector layer (checked on the generated source, not by 
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 
@@ -192,6 +193,7 @@ OUTER = {
     "sum and amax over dim 0": (lambda x: (x.sum(0), x.amax(0)), (torch.randn(64, 256),)),
     "mean over a transposed input": (lambda x: x.t().mean(-1), (torch.randn(64, 256),)),
     "batch-norm-like statistics over dims 0 and 2": (lambda x: x.mean((0, 2)), (torch.randn(8, 64, 32),)),
+    "mean over dim 0, a loop around the lanes": (lambda x: (x.mean(0) + 1).sqrt(), (torch.rand(16, 8, 64),)),
     "transposed add (2-D tiles)": (lambda x, y: x.t().contiguous() + y, (torch.randn(64, 256), torch.randn(256, 64))),
     "transposed output (loops reordered)": (lambda x: x.t() * 2 + 1, (torch.randn(64, 256),)),
 }
@@ -222,6 +224,49 @@ def test_hot_outer_dim_reductions_use_the_vector_layer(cpp, name):
     compiled = cpp.check(fn, *args, atol=1e-5, rtol=1e-5)
     assert not vector_guard_failures(compiled.source)
     assert "// vector code" in compiled.source
+
+
+def _batch_norm_relu(x, running_mean, running_var, w, b, training):  # as kiln's decompositions write it
+    channel = (1, -1, 1, 1)
+    mean, var = running_mean.view(channel), running_var.view(channel)
+    if training:  # batch statistics: reductions over N, H, W, the outer dims of channels-last
+        mean = x.mean((0, 2, 3), keepdim=True)
+        var = ((x - mean) * (x - mean)).mean((0, 2, 3), keepdim=True)
+    return torch.relu((x - mean) * torch.rsqrt(var + 1e-5) * w.view(channel) + b.view(channel))
+
+
+def _channels_last_batch(channels: int) -> tuple[torch.Tensor, ...]:
+    x = torch.randn(8, channels, 14, 14).contiguous(memory_format=torch.channels_last)
+    return x, torch.randn(channels), torch.rand(channels) + 0.5, torch.randn(channels), torch.randn(channels)
+
+
+# The channels-last ConvNet block of the benchmark (`tools/bench.py --suite channels-last`),
+# after its convolution: loops in memory order (C innermost), vector code along C.
+CHANNELS_LAST = {
+    "batch norm + relu, batch statistics": (functools.partial(_batch_norm_relu, training=True), 64),
+    "batch norm + relu, running statistics": (functools.partial(_batch_norm_relu, training=False), 64),
+    "batch statistics, 67 channels (a tail)": (functools.partial(_batch_norm_relu, training=True), 67),
+}
+
+
+@pytest.mark.parametrize("recompute_cheap", [True, False])
+@pytest.mark.parametrize("name", list(CHANNELS_LAST))
+def test_hot_channels_last_batch_norm_loops_use_the_vector_layer(cpp, name, recompute_cheap):
+    fn, channels = CHANNELS_LAST[name]
+    args = _channels_last_batch(channels)
+    # the options kiln's backend lowers with for this codegen (its Capabilities)
+    compiled = cpp.check(fn, *args, row_temporaries=True, recompute_cheap=recompute_cheap, atol=1e-5, rtol=1e-5)
+    source = compiled.source
+    assert not vector_guard_failures(source), source
+    # the statistics: lanes across the channels, each reducing over N, H, W; no lane fold
+    assert ("kiln::vf64x2 vacc_" in source) == ("batch statistics" in name), source
+    assert "kiln::reduce_" not in source, source
+    # the normalization: rsqrt(var + eps) once per channel, before the N, H, W loops
+    assert "computed before the loops" in source, source
+    before_loops = source[:source.rindex("#pragma omp parallel for")]
+    assert "kiln::rsqrt(" in before_loops and "kiln::rsqrt(" not in source[len(before_loops):], source
+    # every loop nest with work to share is parallel, none over a dim of size 1
+    assert "< 1;" not in source, source
 
 
 def test_row_reductions_keep_eager_nan_semantics_and_float64_accumulation(cpp):

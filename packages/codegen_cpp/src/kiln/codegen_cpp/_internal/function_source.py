@@ -11,6 +11,7 @@ Reduction loops are in `reduction_source.py`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 
 import sympy
@@ -25,6 +26,7 @@ from .options import CppOptions
 from .parallel_scan_source import parallel_scan_lines
 from .printer import cpp_expr
 from .reduction_source import reduction_lines
+from .vector_hoist import hoist_lane_values
 from .vector_layer import VECTOR_LAYER
 from .vector_loops import indent, split_reduction_lines, vector_loop, vector_reduction_loop
 from .vector_math import VECTOR_MATH
@@ -180,11 +182,12 @@ def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHan
             return _node_statements(kernel, options, CppVectorHandler(kernel, strided_loads=strided)) + ("",)
         except NotVectorizable as exc:
             why = f"not vectorized: {exc}"
-        if _reduces_outer_dims(kernel):  # lanes across the outputs instead
+        for var in _output_lane_loops(kernel):  # lanes across the outputs instead
             try:
-                return _node_statements(kernel, options, CppVectorHandler(kernel, across_outputs=True)) + ("",)
+                handler = CppVectorHandler(kernel, across_outputs=True, lane_loop=var)
+                return _node_statements(kernel, options, handler) + ("",)
             except NotVectorizable as exc:
-                why += f"; nor across its outputs: {exc}"
+                why += f"; nor across its outputs along {var}: {exc}"
         for var in _other_lane_loops(kernel):  # a transposed store: the lanes along another dim
             try:
                 handler = CppVectorHandler(kernel, strided_loads=True, lane_loop=var)
@@ -194,26 +197,34 @@ def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHan
     return _node_statements(kernel, options, CppHandler(kernel)) + (why,)
 
 
-def _other_lane_loops(kernel: Kernel) -> list[sympy.Symbol]:
-    """The outer loops of a pointwise kernel, other than the innermost one, that could be its
-    vector loop (the loop order is free), innermost first."""
-    if not _pointwise_only(kernel):
-        return []
+def _long_outer_loops(kernel: Kernel) -> list[sympy.Symbol]:
+    """The kernel's outer loop variables that could be a vector loop (not known to be shorter
+    than 4 iterations), innermost first."""
     found = []
-    for var, extent in zip(index_vars(len(kernel.ranges))[:-1], kernel.ranges[:-1]):
+    for var, extent in zip(index_vars(len(kernel.ranges)), kernel.ranges):
         extent = sympy.sympify(extent)
         if not (extent.is_Integer and int(extent) < 4):
             found.append(var)
     return found[::-1]
 
 
-def _reduces_outer_dims(kernel: Kernel) -> bool:
-    """A kernel of reductions (and pointwise nodes) whose innermost outer loop is long enough
-    to be the vector loop: a reduction over outer dims may be vector code across its outputs."""
+def _other_lane_loops(kernel: Kernel) -> list[sympy.Symbol]:
+    """The outer loops of a pointwise kernel, other than the innermost one, that could be its
+    vector loop (the loop order is free), innermost first."""
+    if not _pointwise_only(kernel):
+        return []
+    innermost = index_vars(len(kernel.ranges))[-1]
+    return [var for var in _long_outer_loops(kernel) if var != innermost]
+
+
+def _output_lane_loops(kernel: Kernel) -> list[sympy.Symbol]:
+    """The outer loops a kernel of reductions over outer dims (and pointwise nodes) may take as
+    its vector loop, each lane reducing for its own output, innermost first. Any outer loop
+    may: a channels-last `x.mean((0, 2, 3), keepdim=True)` iterates [1, C, 1, 1] outputs whose
+    contiguous dim is not the last (the loops are reordered, the vector loop innermost)."""
     if any(kernel.is_row(n) for n in kernel.nodes) or not kernel.ranges or _single_outer_point(kernel):
-        return False
-    extent = sympy.sympify(kernel.ranges[-1])
-    return not (extent.is_Integer and int(extent) < 4)
+        return []
+    return _long_outer_loops(kernel)
 
 
 def _why_scalar(kernel: Kernel, options: CppOptions) -> str:
@@ -257,9 +268,33 @@ def _signature(kernel: Kernel, checked: bool) -> list[str]:
             f'extern "C" void {kernel.name}({", ".join(params)}) {{']
 
 
+def _outer_loops(kernel: Kernel, handler: CppVectorHandler | None, body: list[str]
+                 ) -> tuple[list[tuple[sympy.Symbol, sympy.Expr]], list[sympy.Symbol]]:
+    """The outer loops to write, outermost first, with the vector loop (`handler.lane_loop`)
+    innermost; and the variables of loops of one iteration, which are not loops (so the
+    parallel loop is one that has iterations to share: the outputs of a channels-last
+    `mean((0, 2, 3), keepdim=True)` are [1, C, 1, 1]) but constants where `body` uses them."""
+    ivars = index_vars(len(kernel.ranges))
+    loops = list(zip(ivars, kernel.ranges))
+    if handler is not None and ivars and handler.lane_loop != ivars[-1]:  # the vector loop goes innermost
+        lane = next(loop for loop in loops if loop[0] == handler.lane_loop)
+        loops = [loop for loop in loops if loop is not lane] + [lane]
+    text = "\n".join(body)
+    units = [var for var, extent in loops if extent == 1]
+    used = [var for var in units if re.search(rf"\b{var}\b", text)]
+    return [loop for loop in loops if loop[0] not in units], used
+
+
+def _outer_parallel_if(kernel: Kernel, options: CppOptions) -> str | None:
+    """The outer loop's parallel `if` clause (see `parallel_if`); None: a serial loop."""
+    if not options.openmp or _single_outer_point(kernel):
+        return None
+    inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
+    return parallel_if((*kernel.ranges, *inner), options)
+
+
 def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     """The C++ definition of one kernel."""
-    ivars = index_vars(len(kernel.ranges))
     body, handler, why_scalar = _kernel_body(kernel, options)
     # the innermost outer loop is vector code
     vector = isinstance(handler, CppVectorHandler)
@@ -273,25 +308,23 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     depth = 1
     pointwise = not any(isinstance(n.body, Reduction) for n in kernel.nodes)
     scratch = _scratch_lines(kernel)
-    clause = None  # the outer loop's parallel `if` clause; None: a serial loop
-    if options.openmp and not _single_outer_point(kernel):
-        inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
-        clause = parallel_if((*kernel.ranges, *inner), options)
+    clause = _outer_parallel_if(kernel, options)
     # With a parallel outer loop, each thread gets its own scratch rows: a parallel region
     # declares them, then shares out the loop (`omp for`). Otherwise they are declared once.
     per_thread = bool(scratch) and clause is not None
-    if scratch and not per_thread:
-        lines += indent(scratch, depth)
     # Transposed reads (lane-strided loads): the loop around the vector loop goes by tiles of
     # TILE, and runs inside it, so a TILE x KILN_LANES block is read and written at a time.
     tiled = outer_vector_loop and handler.strided_loads
-    loops = list(zip(ivars, kernel.ranges))
-    if vector and ivars and handler.lane_loop != ivars[-1]:  # the vector loop goes innermost
-        loops = [(v, e) for v, e in loops if v != handler.lane_loop] + [(ivars[-1], 0)]
-        loops[-1] = next((v, e) for v, e in zip(ivars, kernel.ranges) if v == handler.lane_loop)
+    loops, units = _outer_loops(kernel, handler if vector else None, body)
+    lines += indent([f"constexpr int64_t {var} = 0;  // a loop of one iteration" for var in units], depth)
+    if outer_vector_loop and _pointwise_only(kernel) and not tiled and not handler.checks and len(loops) > 1:
+        prologue, body = hoist_lane_values(body, handler.definitions, handler.types, *loops[-1],
+                                           [var for var, _ in loops[:-1]])
+        lines += indent(prologue, depth)
+    lines += indent(scratch if scratch and not per_thread else [], depth)
     for pos, (var, extent) in enumerate(loops):
-        innermost = pos == len(ivars) - 1
-        if tiled and pos == len(ivars) - 2:
+        innermost = pos == len(loops) - 1
+        if tiled and pos == len(loops) - 2:
             body = [f"for (int64_t {var} = {var}_tile; {var} < std::min<int64_t>({cpp_expr(extent)}, {var}_tile + "
                     f"{TILE}); ++{var}) {{", *indent(body, 1), "}"]
             var = sympy.Symbol(f"{var}_tile")
@@ -310,7 +343,7 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
             lines += indent(["#pragma omp simd"], depth)
         if innermost and outer_vector_loop:
             lines += indent(vector_loop(var, extent, body), depth)
-        elif tiled and pos == len(ivars) - 2:
+        elif tiled and pos == len(loops) - 2:
             lines += indent([f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; {var} += {TILE}) {{"], depth)
             depth += 1
         else:

@@ -110,9 +110,15 @@ class CppVectorHandler(CppHandler):
         self.allow_strided = strided_loads
         self.strided_loads = False
         self.types: dict[str, tuple[torch.dtype, bool]] = {}
+        self.definitions: dict[str, str] = {}  # variable -> its expression, in order (vector_hoist.py)
         inner = max([len(kernel.row_ranges), *(len(n.reduction_ranges) for n in kernel.nodes)])
         # what an index may use; anything else is an indirect index
         self.loop_symbols = {*index_vars(len(kernel.ranges)), *index_vars(inner, "r"), *kernel.symbols}
+
+    def var(self, text: str) -> str:
+        name = super().var(text)
+        self.definitions.setdefault(name, text)
+        return name
 
     def typed(self, text: str, dtype: torch.dtype, vector: bool) -> str:
         name = self.var(text)

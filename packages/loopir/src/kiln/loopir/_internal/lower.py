@@ -419,7 +419,7 @@ _FAKE_LAYOUT_DIFFERS = frozenset({torch.ops.aten.copysign.Tensor})
 def correct_layout(node: fx.Node, corrected: dict[fx.Node, Any]) -> None:
     """Record in `corrected` the value `node` has in eager when its fake is laid out otherwise:
     an op of `_FAKE_LAYOUT_DIFFERS`, or a pointwise op of a corrected value (whose fake, made
-    from the wrong layout, inherited it), all tensor operands of the output's shape."""
+    from the wrong layout, inherited it)."""
     val = node.meta.get("val")
     pointwise = isinstance(node.target, torch._ops.OpOverload) and torch.Tag.pointwise in node.target.tags
     reads_corrected = any(a in corrected for a in node.args if isinstance(a, fx.Node))
@@ -428,8 +428,11 @@ def correct_layout(node: fx.Node, corrected: dict[fx.Node, Any]) -> None:
         return
     operands = [corrected.get(a, a.meta.get("val")) for a in node.args if isinstance(a, fx.Node)]
     operands = [v for v in operands if isinstance(v, torch.Tensor)]
-    if not operands or any(tuple(v.shape) != tuple(val.shape) for v in operands):
-        return  # broadcast operands: the fake's layout (TensorIterator's order over expanded dims)
+    if not operands:
+        return
+    # Broadcast operands take part expanded to the output's shape (stride 0 along the
+    # broadcast dims), as TensorIterator (and torch's elementwise prims) order dims.
+    operands = [v if tuple(v.shape) == tuple(val.shape) else v.expand(val.shape) for v in operands]
     stride = compute_elementwise_output_strides(*operands)
     if not same_exprs(to_exprs(stride), to_exprs(val.stride())):
         corrected[node] = val.as_strided(val.shape, stride)
