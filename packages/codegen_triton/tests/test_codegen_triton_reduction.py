@@ -181,7 +181,8 @@ def test_split_reductions_run(fn, tmp_path):
                                rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("fn", [lambda x: torch.cumsum(x, 0), lambda x: torch.cumsum(x.double(), 0)])
+@pytest.mark.parametrize("fn", [lambda x: torch.cumsum(x, 0), lambda x: torch.cumsum(x.double(), 0),
+                                lambda x: torch.logcumsumexp(x * 10, 0)], ids=["cumsum", "cumsum_double", "logcumsumexp"])
 def test_split_scans_run(fn, tmp_path):
     """A long cumsum of one row (loopir's split scans, on for this codegen): chunk scans over
     512 programs, a scan of the chunks' totals, then the combine."""

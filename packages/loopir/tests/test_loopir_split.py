@@ -72,6 +72,9 @@ SCANS = {
                                                             (torch.randn(2, 1 << 18, dtype=torch.float64),)),
     "int64 cumsum over dim 0 of two columns": (lambda x: torch.cumsum(x, 0), (torch.randint(-5, 5, (1 << 18, 2)),)),
     "cumprod near 1": (lambda x: torch.cumprod(1 + 1e-6 * x, 0), (torch.randn(1 << 18, dtype=torch.float64),)),
+    "logcumsumexp with -inf and +inf": (lambda x: torch.logcumsumexp(x, 0), (torch.cat([
+        torch.full((7,), float("-inf"), dtype=torch.float64), torch.randn(1 << 18, dtype=torch.float64) * 30,
+        torch.tensor([float("inf")], dtype=torch.float64), torch.randn(1000 - 8, dtype=torch.float64)]),)),
     "bfloat16 cumsum: float32 partial scans": (lambda x: torch.cumsum(x, 1),
                                                (torch.randn(2, 1 << 18, dtype=torch.bfloat16),)),
 }
@@ -79,7 +82,8 @@ SCANS = {
 
 @pytest.mark.parametrize("name", sorted(SCANS))
 def test_long_scans_over_few_rows_split(name):
-    """cumsum/cumprod: chunk scans, a scan of the chunks' last values, then a pointwise combine."""
+    """cumsum/cumprod/logcumsumexp: chunk scans, a scan of the chunks' last values, then a
+    pointwise combine."""
     fn, args = SCANS[name]
     whole, split = _lowered(fn, *args, split=False), _lowered(fn, *args, split=True)
     assert len(_scans(whole)) == 1 and len(_scans(split)) == 2
@@ -90,8 +94,9 @@ def test_long_scans_over_few_rows_split(name):
     torch.testing.assert_close(split(*args), want, rtol=1e-2 if low else 1e-5, atol=4.0 if low else 1e-3)
 
 
-def test_short_or_many_row_scans_and_logcumsumexp_stay_whole():
+def test_short_or_many_row_scans_and_cummax_stay_whole():
     for fn, args in [(lambda x: torch.cumsum(x, -1), (torch.randn(2048, 512),)),  # enough rows
                      (lambda x: torch.cumsum(x, 0), (torch.randn(4099),)),  # small
-                     (lambda x: torch.logcumsumexp(x, 0), (torch.randn(1 << 19),))]:  # no pointwise combine
-        assert len(_scans(_lowered(fn, *args, split=True))) == 1
+                     (lambda x: torch.cummax(x, 0)[0], (torch.randn(1 << 19),))]:  # no pair combine
+        # one scan per output: cumsum's one, cummax's values and indices
+        assert len(_scans(_lowered(fn, *args, split=True))) == len(_scans(_lowered(fn, *args, split=False)))

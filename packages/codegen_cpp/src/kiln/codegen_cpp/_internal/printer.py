@@ -5,6 +5,7 @@ from __future__ import annotations
 import sympy
 
 from kiln.loopir import FloorDiv
+from kiln.loopir.codegen import known_nonnegative
 
 
 def _fold(args: list[str], op: str) -> str:
@@ -12,7 +13,8 @@ def _fold(args: list[str], op: str) -> str:
 
 
 def cpp_expr(expr: sympy.Expr) -> str:
-    """An integer index expression as C++ (int64_t arithmetic; indices are non-negative)."""
+    """An integer index expression as C++ (int64_t arithmetic), with sympy's floor semantics
+    for `//` and `%`: C++'s own where the dividend is known to be >= 0, else corrected."""
     expr = sympy.sympify(expr)
     if expr.is_Integer:
         return f"{int(expr)}L" if abs(int(expr)) > 2**31 - 1 else str(int(expr))
@@ -23,6 +25,11 @@ def cpp_expr(expr: sympy.Expr) -> str:
         return _fold(args, "+")
     if isinstance(expr, sympy.Mul):
         return _fold(args, "*")
+    if isinstance(expr, (FloorDiv, sympy.Mod)) and not known_nonnegative(expr.args[0]):
+        # C++ rounds toward zero, sympy toward -inf (the divisor is a positive size): the
+        # remainder takes the divisor's sign, and the quotient divides exactly
+        mod = f"((({args[0]} % {args[1]}) + {args[1]}) % {args[1]})"
+        return mod if isinstance(expr, sympy.Mod) else f"(({args[0]} - {mod}) / {args[1]})"
     if isinstance(expr, FloorDiv):
         return f"({args[0]} / {args[1]})"
     if isinstance(expr, sympy.Mod):

@@ -14,6 +14,7 @@ from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
 
 from kiln.loopir import FloorDiv
+from kiln.loopir.codegen import known_nonnegative
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class _IndexPrinter(StrPrinter):
         sympy's floor semantics here: on the device, for a dividend not known to be >= 0 (sympy
         moves constants out of a Mod: Mod(39 - m, 2) becomes Mod(1 - m, 2), negative for m > 1).
         Every symbol is >= 0 (loop variables, sizes, in-bounds indirect indices)."""
-        return self.device and not _nonnegative(expr.args[0])
+        return self.device and not known_nonnegative(expr.args[0])
 
     def _print_minmax(self, expr: sympy.Expr, device_name: str, host_name: str) -> str:
         name = device_name if self.device else host_name
@@ -79,21 +80,6 @@ class _IndexPrinter(StrPrinter):
     def _refuse(self, expr: sympy.Expr) -> str:
         where = "Triton" if self.device else "Python"
         raise NotImplementedError(f"cannot print integer expression {expr} as {where} source")
-
-
-def _nonnegative(expr: sympy.Expr) -> bool:
-    """Whether `expr` is known to be >= 0, every symbol being >= 0."""
-    if isinstance(expr, sympy.Symbol):
-        return True
-    if expr.is_Number:
-        return bool(expr >= 0)
-    if isinstance(expr, (sympy.Add, sympy.Mul, FloorDiv, sympy.Mod, sympy.Min)):
-        return all(_nonnegative(a) for a in expr.args)
-    if isinstance(expr, sympy.Max):
-        return any(_nonnegative(a) for a in expr.args)
-    if isinstance(expr, sympy.Pow):
-        return _nonnegative(expr.base)
-    return False
 
 
 def _check_kinds(expr: sympy.Expr) -> None:

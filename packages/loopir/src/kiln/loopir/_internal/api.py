@@ -42,8 +42,8 @@ class LowerOptions:
     split_reductions: a long sum/prod/max/min into few outputs (a sum over dim 0, a bias
         gradient, a whole-tensor sum) runs as partial reductions over chunks of its first reduced
         dim, then a reduction of the partials (`lower_split.py`): enough programs to keep a GPU
-        busy. Partials of low-precision values stay float32. Long cumsum/cumprod over few rows
-        split the same way (chunk scans, a scan of their totals, a combine: `lower_scan.py`).
+        busy. Partials of low-precision values stay float32. Long cumsum/cumprod/logcumsumexp over
+        few rows split the same way (chunk scans, a scan of their totals, a combine: `lower_scan.py`).
     """
 
     lowerings: Lowerings | None = None

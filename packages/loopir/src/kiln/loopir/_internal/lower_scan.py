@@ -25,7 +25,9 @@ from .values import Lazy
 
 aten = torch.ops.aten
 TABLE = Lowerings()
-SPLIT_SCAN_TYPES = ("sum", "prod")  # with `split_reductions`: long scans over few rows (see _split_scan)
+# With `split_reductions`: long scans over few rows (see _split_scan), with the pointwise combine
+# of an element's chunk scan and the earlier chunks' prefix.
+SPLIT_SCAN_TYPES = ("sum", "prod", "logaddexp")
 
 
 def _scan(ctx: Any, node: Any, x: Any, dim: int, scan_type: str) -> Any:
@@ -60,8 +62,9 @@ def _split_scan(ctx: Any, node: Any, inner: Any, size: tuple[Expr, ...], dim: in
         prefix[.., s, ..]    = scan of local[.., s, last, ..] over s   (short)
         out[.., s*C + r, ..] = local[.., s, r, ..] combined with prefix[.., s - 1, ..]
 
-    Only sum and prod split (their combine is a pointwise op); the partial scans keep the
-    compute dtype (float32 for bfloat16/float16)."""
+    sum, prod and logaddexp split (their combine is pointwise: `_combine`); cummax/cummin,
+    whose indices would need a pair combine, do not. The partial scans keep the compute dtype
+    (float32 for bfloat16/float16)."""
     chunk = sympy.Integer(int(size[dim]) // split)
     before, after = size[:dim], size[dim + 1:]
 
@@ -77,7 +80,6 @@ def _split_scan(ctx: Any, node: Any, inner: Any, size: tuple[Expr, ...], dim: in
 
     prefix = ctx.add_reduction(Scan((*before, *after), (sympy.Integer(split),), scan_type, total_fn, computed,
                                     scan_dim=dim), (*before, sympy.Integer(split), *after), node.name, computed)
-    combine = "add" if scan_type == "sum" else "mul"
 
     def out_fn(ops: Any, index: tuple[Expr, ...]) -> Any:
         position = index[dim]
@@ -85,10 +87,23 @@ def _split_scan(ctx: Any, node: Any, inner: Any, size: tuple[Expr, ...], dim: in
         own = local.load(ops, (*index[:dim], s, r, *index[dim + 1:]))
         earlier = prefix.load(ops, (*index[:dim], sympy.Max(s - 1, 0), *index[dim + 1:]))
         first = ops.eq(ops.index_expr(s, torch.int64), ops.constant(0, torch.int64))
-        return ops.where(first, own, getattr(ops, combine)(earlier, own))
+        return ops.where(first, own, _combine(ops, scan_type, earlier, own))
 
     lazy = Lazy(dtype, size, out_fn, (node.name,), computed if computed != dtype else None)
     return ctx.realize(lazy, node.meta.get("val"))
+
+
+def _combine(ops: Any, scan_type: str, a: Any, b: Any) -> Any:
+    """`a` and `b` combined as the scan combines them."""
+    if scan_type == "sum":
+        return ops.add(a, b)
+    if scan_type == "prod":
+        return ops.mul(a, b)
+    # logaddexp: the larger plus log1p(exp(-|a - b|)); an infinite larger one is the result
+    # (both -inf, or +inf, where a - b is NaN); a NaN propagates through `maximum`.
+    larger = ops.maximum(a, b)
+    added = ops.add(larger, ops.log1p(ops.exp(ops.neg(ops.abs(ops.sub(a, b))))))
+    return ops.where(ops.isinf(larger), larger, added)
 
 
 def _converted(node: Any, x: Any, dtype: torch.dtype) -> Lazy:
