@@ -11,6 +11,7 @@
   `default_cache_root()`, its per-user default place;
 * `node_summary`: the one-line description of a node codegens put above its code;
 * `scatter_bases`: which input a runtime copies into which output before a scatter kernel runs;
+* `check_option_types`: the type check of a codegen's options dataclass;
 * `known_nonnegative`: whether an index expression's integer `//` and `%` may round differently
   in C-like languages than in sympy (a dividend not known to be >= 0);
 * `philox`: the definition of the random-number ops (`rand`, `randn`, `randint64`) every
@@ -24,11 +25,12 @@ from ._internal.shared.artifacts import ArtifactCache, ArtifactCacheError, defau
 from ._internal.shared.checks import CheckSite, raise_failed_check
 from ._internal.shared.handler import TextHandler
 from ._internal.shared.host import SizeFunction, compile_size, evaluate_size
+from ._internal.shared.option_types import check_option_types
 from ._internal.shared.signs import known_nonnegative
 from ._internal.shared.walker import KernelWalker, ReductionParts, node_summary, scatter_bases
 
 __all__ = [
     "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",
     "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "default_cache_root", "node_summary",
-    "philox", "scatter_bases", "known_nonnegative",
+    "philox", "scatter_bases", "known_nonnegative", "check_option_types",
 ]

@@ -7,7 +7,7 @@ import numbers
 import os
 import pathlib
 
-from kiln.loopir.codegen import default_cache_root
+from kiln.loopir.codegen import check_option_types, default_cache_root
 
 # The default of `CppOptions.vectorize` when KILN_CPP_VECTORIZE is unset or empty.
 VECTORIZE_DEFAULT = True
@@ -79,11 +79,7 @@ class CppOptions:
         """Every field checked when the options are built (not when a kernel first compares
         with one): a wrong type raises TypeError, a wrong value ValueError, each naming the
         option and what it accepts."""
-        for name, (kinds, wanted) in _TYPES.items():
-            value = getattr(self, name)
-            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-                raise TypeError(f"CppOptions.{name} must be {wanted}, got {value!r} ({type(value).__name__})")
-        object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))
+        check_option_types(self, _TYPES)
         object.__setattr__(self, "parallel_threshold", int(self.parallel_threshold))
         if self.parallel_threshold < 0:
             raise ValueError(f"CppOptions.parallel_threshold must be an int >= 0 (0: every parallel path), "

@@ -10,7 +10,7 @@ import pathlib
 
 import torch
 
-from kiln.loopir.codegen import default_cache_root
+from kiln.loopir.codegen import check_option_types, default_cache_root
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +102,7 @@ class TritonOptions:
     def __post_init__(self) -> None:
         """Every field checked when the options are built: a wrong type raises TypeError, a wrong
         value ValueError, each naming the option and what it accepts."""
-        for name, (kinds, wanted) in _TYPES.items():
-            value = getattr(self, name)
-            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-                raise TypeError(f"TritonOptions.{name} must be {wanted}, got {value!r} ({type(value).__name__})")
-        object.__setattr__(self, "cache_dir", pathlib.Path(self.cache_dir))
+        check_option_types(self, _TYPES)
         for name in _BLOCKS:
             value = int(getattr(self, name))
             object.__setattr__(self, name, value)
