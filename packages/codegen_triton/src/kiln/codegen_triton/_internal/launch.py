@@ -52,8 +52,9 @@ class DirectLauncher:
         self._proven = False  # a direct launch went through (argument errors surface on the first)
 
     def launch(self, plan: Any, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
-               status: Sequence[torch.Tensor] = ()) -> None:
-        """`status`: the kernel's `kiln_status` buffer, for kernels with run-time checks.
+               status: Sequence[torch.Tensor] = (), device: int | None = None) -> None:
+        """`status`: the kernel's `kiln_status` buffer, for kernels with run-time checks;
+        `device`: the current CUDA device when the caller has it already (else asked here).
 
         This runs once per kernel per call of a compiled graph: every step is kept to plain
         attribute reads and tuple work (tools/host_overhead.py --breakdown measures it)."""
@@ -65,7 +66,8 @@ class DirectLauncher:
             self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, *status, **plan.launch)
             return
         knobs, current_device, current_stream = runtime
-        device = current_device()
+        if device is None:
+            device = current_device()
         # The key: at least as fine as Triton's specialization. Device, block sizes, the size
         # ints' classes (plan.size_key) and which input pointers are not 16-byte aligned
         # (outputs are fresh allocations of torch's caching allocator: always aligned).

@@ -144,6 +144,7 @@ class TritonKernel:
             self._check(inputs, plan)
         if self.options.autotune and not plan.tuned:
             plan = self._plans[size_args] = self._tuned(plan, inputs)
+        index = None  # the CUDA device the launch goes to, when known here (the launcher asks otherwise)
         if inputs and inputs[0].is_cuda and _EMPTY_STRIDED_CUDA is not None:
             index = inputs[0].get_device()
             if index != torch._C._cuda_getDevice():  # launches go to the current device: make it theirs
@@ -164,18 +165,19 @@ class TritonKernel:
         status = ()
         if self.checks:
             status = (torch.zeros(1, dtype=torch.int32, device=inputs[0].device if device is None else device),)
-        self.launch_plan(plan, inputs, outputs, status)
+        self.launch_plan(plan, inputs, outputs, status, index)
         if status:
             self._report_checks(status[0], plan)
         return outputs
 
     def launch_plan(self, plan: _Plan, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
-                    status: Sequence[torch.Tensor] = ()) -> None:
-        """Launch the kernel as `plan` says, into `outputs` (allocated by the caller)."""
+                    status: Sequence[torch.Tensor] = (), device: int | None = None) -> None:
+        """Launch the kernel as `plan` says, into `outputs` (allocated by the caller), on CUDA
+        device `device` when the caller knows it is the current one."""
         if self._launcher is None:
             self.jit_function[plan.grid](*inputs, *outputs, *plan.sizes, *status, **plan.launch)
         else:
-            self._launcher.launch(plan, inputs, outputs, status)
+            self._launcher.launch(plan, inputs, outputs, status, device)
 
     def _tuned(self, plan: _Plan, inputs: Sequence[torch.Tensor]) -> _Plan:
         """`plan` with timed block sizes (see autotune.py); the heuristic's under the interpreter,
