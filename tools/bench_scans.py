@@ -1,39 +1,37 @@
 """GPU: long cumsum (loopir split scans on / off) and scatter_reduce's compare-and-swap paths,
-eager / Inductor / kiln, CUDA-event medians (issue 20; BENCHMARKS.md session 9).
+eager / Inductor / kiln, median GPU milliseconds per call (triton's do_bench) (issue 20; BENCHMARKS.md session 9).
 
     python tools/bench_scans.py [cumsum|scatter]   # a name prefix selects workloads
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
+from bench_gpu_rows import bench as gpu_seconds  # tools/ is this script's directory
+from workloads import CountingBackend
 
 from kiln.integration import backend
 from kiln.loopir._internal import lower_scan
 
 
-def bench(fn, *args, n: int = 50) -> float:
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(n):
-            fn(*args)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / n)
-    return statistics.median(times)
+def bench(fn, *args) -> float:
+    """Median milliseconds per call (triton's do_bench, as bench_gpu_rows.py times its rows)."""
+    return gpu_seconds(lambda: fn(*args)) * 1e3
 
 
 def kiln(fn):
     torch._dynamo.reset()
-    return torch.compile(fn, backend=lambda gm, ex: backend(gm, ex, options={"fallback": False}))
+    counting = CountingBackend(lambda gm, ex: backend(gm, ex, options={"fallback": False}))
+    compiled = torch.compile(fn, backend=counting)
+
+    def run(*args):
+        result = compiled(*args)
+        if counting.calls == 0:
+            raise RuntimeError("Dynamo never called kiln")
+        return result
+    return run
 
 
 def inductor(fn):

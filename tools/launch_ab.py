@@ -8,10 +8,10 @@ what makes the two variants comparable (BENCHMARKS.md, session 9).
 """
 import gc
 import statistics
-import time
 
 import torch
-from workloads import model_workloads
+from host_overhead import host_and_wall  # tools/ is this script's directory
+from workloads import CountingBackend, model_workloads
 
 from kiln.codegen_triton._internal import launch, runtime
 from kiln.integration import backend
@@ -39,14 +39,10 @@ def set_mode(on, saved):
                 saved.setdefault((id(launcher), key), entry[4])
                 launcher._launchers[key] = (*entry[:4], None)
 
-def timed(fn, args, n=30):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn(*args)
-    host = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return host / n * 1e3, (time.perf_counter() - t0) / n * 1e3
+
+def ms(seconds):
+    return tuple(s * 1e3 for s in seconds)
+
 
 lines = []
 with torch.no_grad():
@@ -56,18 +52,21 @@ with torch.no_grad():
         model = model.to(torch.bfloat16)
         torch._dynamo.reset()
         inductor = torch.compile(model)
-        f = torch.compile(model, backend=backend)
+        counting = CountingBackend(backend)
+        f = torch.compile(model, backend=counting)
         for _ in range(3):
             f(ids)
             inductor(ids)
+        if counting.calls == 0:
+            raise RuntimeError(f"{name}: Dynamo never called kiln")
         saved = {}
         _found.clear()
         res = {"off": [], "on": [], "inductor": []}
         for _ in range(7):
             for mode in ("off", "on"):
                 set_mode(mode == "on", saved)
-                res[mode].append(timed(f, (ids,)))
-            res["inductor"].append(timed(inductor, (ids,)))
+                res[mode].append(ms(host_and_wall(f, (ids,), repeat=30)))
+            res["inductor"].append(ms(host_and_wall(inductor, (ids,), repeat=30)))
         set_mode(True, saved)
         med = {k: (statistics.median(h for h, _ in v), statistics.median(w for _, w in v)) for k, v in res.items()}
         lines.append(f"| {name} bf16 | {med['off'][0]:.2f} / {med['off'][1]:.2f} | {med['on'][0]:.2f} / {med['on'][1]:.2f} | "
