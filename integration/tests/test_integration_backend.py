@@ -290,7 +290,7 @@ def test_hugging_face_models_from_configs(family):
     with torch.no_grad():
         expected = model(ids).last_hidden_state
         report = explain(model, ids)
-        assert report.eager_graphs == () and report.kernel_count >= 10
+        assert report.eager_graphs == () and report.kernel_count >= 6  # a few per layer (BERT: 8)
         counting = Counting()
         torch._dynamo.reset()
         out = torch.compile(model, backend=counting)(ids).last_hidden_state

@@ -31,10 +31,49 @@ def _remap(value, size, view_size, view_stride, offset, index_fn, origin):
 @TABLE.register("view", aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def lower_view(ctx, node, x, shape):
     size = _out_size(node)
-    if isinstance(x, StridedView) and x.is_contiguous():
-        return StridedView(x.buffer, x.dtype, size, contiguous_strides(size), x.offset)
+    if isinstance(x, StridedView):
+        if x.is_contiguous():
+            return StridedView(x.buffer, x.dtype, size, contiguous_strides(size), x.offset)
+        # A view of a strided buffer (attention's output read back through its transpose, ...)
+        # stays a view where eager's would: an extern reading it then needs no copy kernel.
+        stride = view_strides(x.size, x.stride, size)
+        if stride is not None:
+            return StridedView(x.buffer, x.dtype, size, stride, x.offset)
     out_strides = contiguous_strides(size)
     return as_lazy(x, size, lambda idx: unflatten(flat_index(idx, out_strides), x.size), node.name)
+
+
+def view_strides(size: Sequence[Expr], stride: Sequence[Expr], new_size: Sequence[Expr]) -> tuple[Expr, ...] | None:
+    """The strides of a view of shape `new_size` of a tensor laid out as (`size`, `stride`), or
+    None where no strides give that view (eager's `view` refuses then and `reshape` copies).
+
+    The dims of `size` split into chunks that are contiguous among themselves (each dim's stride
+    is the next one's stride times its size); a view may regroup the dims inside a chunk, never
+    across chunks. Sizes of 1 never start a chunk. Integer sizes only (a symbolic size returns
+    None, and the caller reads through an index function)."""
+    if not all(isinstance(e, sympy.Integer) for e in (*size, *stride, *new_size)):
+        return None
+    size, stride, new_size = [int(e) for e in size], [int(e) for e in stride], [int(e) for e in new_size]
+    if 0 in size or not size:
+        return None
+    out: list[int] = [0] * len(new_size)
+    view_d = len(new_size) - 1
+    chunk_stride, chunk_numel, view_numel = stride[-1], 1, 1
+    for d in range(len(size) - 1, -1, -1):
+        chunk_numel *= size[d]
+        if d > 0 and (size[d - 1] == 1 or stride[d - 1] == chunk_numel * chunk_stride):
+            continue  # the chunk goes on through dim d - 1
+        while view_d >= 0 and (view_numel < chunk_numel or new_size[view_d] == 1):
+            out[view_d] = view_numel * chunk_stride
+            view_numel *= new_size[view_d]
+            view_d -= 1
+        if view_numel != chunk_numel:
+            return None
+        if d > 0:
+            chunk_stride, chunk_numel, view_numel = stride[d - 1], 1, 1
+    if view_d != -1:
+        return None
+    return tuple(sympy.Integer(s) for s in out)
 
 
 @TABLE.register("view", aten.alias.default, aten.detach.default)
