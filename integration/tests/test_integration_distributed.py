@@ -125,7 +125,11 @@ def test_list_inputs_are_flattened_and_other_uses_of_the_list_refused():
 
 
 def test_python_reducer_puts_collectives_in_kilns_backward_graph():
-    check_python_reducer(distributed_runs.launch("python_reducer", "mlp"))
+    results = distributed_runs.launch("python_reducer", "mlp")
+    check_python_reducer(results)
+    for result in results:  # the MLP's 8 gradients fit one bucket: one all-reduce (comm_buckets.py)
+        (backward,) = [r for r in result["reports"] if r["compiled_autograd"]]
+        assert backward["collectives"].count("_c10d_functional.all_reduce.default") == 1, backward["collectives"]
 
 
 def test_explain_warns_when_dynamo_hands_kiln_no_graph():

@@ -19,6 +19,7 @@ import torch.fx as fx
 from kiln import autograd_trace, capture, decomp, loopir, partition
 
 from . import codegens
+from .comm_buckets import bucket_all_reduces
 from .debug import DebugDump
 from .flatten import inline_regions
 from .graph_cache import TrainingParts
@@ -140,6 +141,7 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
     """decomp -> partition -> loopir -> codegen on a functional ATen graph."""
     with stages.stage(f"{prefix}decomp"):
         decomposed = decompose_graph(aten, options, codegen)
+        bucket_all_reduces(decomposed)  # DDP's python_reducer: one collective per bucket, not per gradient
         dump.write(f"{prefix}decomposed", lambda: decomposed.print_readable(print_output=False), ".py")
         if check:
             decomp.verify(decomposed)
