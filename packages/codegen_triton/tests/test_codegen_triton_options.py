@@ -28,6 +28,8 @@ WRONG = [
     ("device", 0, TypeError, r"TritonOptions\.device must be None or a torch device name.*0 \(int\)"),
     ("device", "gpu", ValueError, r"TritonOptions\.device must be None or a torch device name.*'gpu'"),
     ("cache_dir", 3, TypeError, r"TritonOptions\.cache_dir must be a path"),
+    ("compile_threads", "all", TypeError, r"TritonOptions\.compile_threads must be an int >= 0, got 'all'"),
+    ("compile_threads", -2, ValueError, r"TritonOptions\.compile_threads must be an int >= 0, got -2"),
 ]
 
 

@@ -13,6 +13,7 @@ from kiln.loopir import Kernel, KernelGraph
 
 from .kernel_source import kernel_graph_source
 from .options import TritonCodegenError, TritonOptions
+from .precompile import precompile
 from .runtime import TritonKernel
 from .source_cache import load_module, write_source
 
@@ -58,6 +59,7 @@ def compile(kernel_graph: KernelGraph, options: TritonOptions | None = None) -> 
     generated = load_module(path)
     compiled = {k.name: TritonKernel(k, getattr(generated, k.name), options, infos[k.name].checks,
                                      infos[k.name].index_bounds, infos[k.name].tile) for k in kernel_graph.kernels}
+    precompile(list(compiled.values()), options.compile_threads)
     module = kernel_graph.with_kernels(compiled)
     seconds = time.perf_counter() - start
     module.meta[META_KEY] = TritonArtifacts(source, path, hit, seconds, tuple(compiled))

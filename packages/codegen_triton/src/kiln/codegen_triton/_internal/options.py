@@ -74,6 +74,13 @@ class TritonOptions:
         57.5 ms were the host enqueueing work. Under Triton's interpreter checks are always
         synchronous (they cost nothing).
 
+    compile_threads: right after codegen, kernels whose sizes are all known (static shapes)
+        are compiled for the current CUDA device by this many threads, so a graph's first call
+        does not compile its kernels one after another (Triton's compiler releases the GIL in
+        LLVM and ptxas). 0 or 1: each kernel compiles at its first launch. Kernels with size
+        symbols, under the interpreter or with `autotune`, compile at their first launch.
+        Default: $KILN_COMPILE_THREADS, else 8.
+
     autotune: time a few block-size and warp configurations around the heuristics' on each
         kernel's first launch at each set of sizes and keep the fastest (the backend's
         mode="max-autotune"; see autotune.py). Choices are cached under `cache_dir`.
@@ -98,6 +105,7 @@ class TritonOptions:
     fill_uninitialized: bool = False
     sync_checks: bool = False
     autotune: bool = False
+    compile_threads: int = dataclasses.field(default_factory=lambda: _threads_from_environment())
 
     def __post_init__(self) -> None:
         """Every field checked when the options are built: a wrong type raises TypeError, a wrong
@@ -111,9 +119,19 @@ class TritonOptions:
         for name in ("num_warps", "max_reduction_warps"):
             if getattr(self, name) > 32:
                 raise ValueError(f"TritonOptions.{name} must be a power of two from 1 to 32, got {getattr(self, name)}")
+        if self.compile_threads < 0:
+            raise ValueError(f"TritonOptions.compile_threads must be an int >= 0, got {self.compile_threads!r}")
         if self.device is not None and not _is_device(self.device):
             raise ValueError(f"TritonOptions.device must be None or a torch device name ('cuda', 'cuda:1', 'cpu'), "
                              f"got {self.device!r}")
+
+
+def _threads_from_environment() -> int:
+    value = os.environ.get("KILN_COMPILE_THREADS", "8")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"KILN_COMPILE_THREADS must be an int >= 0, got {value!r}") from None
 
 
 def _is_device(name: str) -> bool:
@@ -138,6 +156,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "fill_uninitialized": ((bool,), "a bool"),
     "sync_checks": ((bool,), "a bool"),
     "autotune": ((bool,), "a bool"),
+    "compile_threads": ((numbers.Integral,), "an int >= 0"),
 }
 
 

@@ -170,6 +170,25 @@ class TritonKernel:
             self._report_checks(status[0], plan)
         return outputs
 
+    def can_precompile(self) -> bool:
+        """Whether `warmup_arguments` knows this kernel's launch before any call: a GPU kernel
+        whose sizes are all known and whose blocks are not timed at the first launch."""
+        return (self._launcher is not None and not self.kernel.symbols and not self.options.autotune
+                and not self._first_plan().empty)
+
+    def warmup_arguments(self) -> tuple[tuple[Any, ...], tuple[int], dict[str, int]]:
+        """(arguments, grid, keywords) for `JITFunction.warmup`: its launch with tensors given
+        by their dtypes (see precompile.py)."""
+        plan = self._first_plan()
+        status = (torch.int32,) if self.checks else ()
+        outputs = tuple(dtype for _, _, dtype in plan.out_allocations)
+        return (*self._in_dtypes, *outputs, *plan.sizes, *status), plan.grid, plan.launch
+
+    def _first_plan(self) -> _Plan:
+        """The plan of a kernel without size symbols (its only one)."""
+        size_args = (self._serial or torch.are_deterministic_algorithms_enabled(),) if self._scatter_bases else ()
+        return self._plans.get(size_args) or self._new_plan(size_args)
+
     def launch_plan(self, plan: _Plan, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
                     status: Sequence[torch.Tensor] = (), device: int | None = None) -> None:
         """Launch the kernel as `plan` says, into `outputs` (allocated by the caller), on CUDA
