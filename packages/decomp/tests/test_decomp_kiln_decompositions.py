@@ -165,3 +165,40 @@ def test_bias_epilogues_turn_addmm_into_mm_and_add():
     ops = opset(out)
     assert ops[aten.mm.default] == 3 and ops[aten.addmm.default] == 1  # beta != 1 stays whole
     torch.testing.assert_close(out(*args), f(*args))
+
+
+def _norm_calls(x, w, w_last, stats):
+    """(name, op, args) of the norms whose statistics a backward reads, on input `x`."""
+    return [
+        ("layer_norm", aten.native_layer_norm.default, (x, [x.shape[-1]], w_last, None, 1e-5)),
+        ("group_norm", aten.native_group_norm.default, (x, w, None, x.shape[0], x.shape[1], x.shape[2], 2, 1e-5)),
+        ("batch_norm", aten.native_batch_norm.default, (x, w, w, *stats, True, 0.1, 1e-5)),
+        ("batch_norm_functional", aten._native_batch_norm_legit_functional.default,
+         (x, w, w, *stats, True, 0.1, 1e-5)),
+        ("batch_norm_no_stats", aten._native_batch_norm_legit.no_stats, (x, w, w, True, 0.1, 1e-5)),
+    ]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_norm_statistics_have_eagers_dtype_on_each_device(device, dtype):
+    """Saved mean/rstd in eager's dtype: float32 on CUDA for low-precision inputs (layer and
+    batch norm), the input's on the CPU. The forward that saves them and the backward that
+    reads them are traced apart; a differing dtype failed a bf16 BERT training step on an H200
+    ("input must be a torch.float32 tensor, got torch.bfloat16"). Fake CUDA tensors: no GPU needed."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    mode = FakeTensorMode()
+
+    def fake(*shape, of=dtype):
+        return FakeTensor(mode, torch.empty(*shape, dtype=of, device="meta"), torch.device(device))
+
+    table = loop_level()
+    with mode:
+        running = [fake(6, of=torch.float32), fake(6, of=torch.float32)]
+        for name, op, args in _norm_calls(fake(4, 6, 5), fake(6), fake(5), running):
+            if device == "cuda" and name in ("batch_norm", "batch_norm_functional"):
+                continue  # their running-statistics update makes a CUDA scalar: needs a CUDA build
+            expected = [t.dtype for t in op(*args) if isinstance(t, torch.Tensor)]
+            got = [t.dtype for t in table[op](*args) if isinstance(t, torch.Tensor)]
+            assert got == expected, (name, got, expected)

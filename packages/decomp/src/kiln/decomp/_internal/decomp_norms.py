@@ -50,6 +50,13 @@ def _affine(out: Any, weight: Any, bias: Any, shape: list[Any] | None = None) ->
     return out
 
 
+def _saved_stat(stat: Any, input: torch.Tensor, cast_on: tuple[str, ...]) -> Any:
+    """A mean/rstd the backward reads, in eager's dtype: the input's on devices in `cast_on`,
+    else the compute dtype (float32 for float16/bfloat16 inputs). The graph that saves it and the
+    graph that reads it back are traced apart (forward and backward), each with eager's dtype."""
+    return to_dtype(stat, input.dtype) if input.device.type in cast_on else stat
+
+
 # ----------------------------------------------------------------------------- layer norm
 
 
@@ -62,7 +69,9 @@ def layer_norm(input, normalized_shape, weight, bias, eps):
     dims = list(range(axis, input.dim()))
     x_hat, mean, rstd, _ = _normalize(upcast(input), dims, eps)
     out = _affine(x_hat, weight, bias)
-    return to_dtype(out, input.dtype), to_dtype(mean, input.dtype), to_dtype(rstd, input.dtype)
+    # eager's CUDA kernel returns float32 statistics for float16/bfloat16 inputs, its CPU one the input's dtype
+    return (to_dtype(out, input.dtype), _saved_stat(mean, input, ("cpu", "mtia")),
+            _saved_stat(rstd, input, ("cpu", "mtia")))
 
 
 @decomposes(aten.native_layer_norm_backward.default)
@@ -197,7 +206,8 @@ def batch_norm_functional(input, weight, bias, running_mean, running_var, traini
     unbiased = aten.div.Scalar(aten.mul.Scalar(var, count), count - 1)
     new_mean = _updated(running_mean, mean, momentum)
     new_var = _updated(running_var, unbiased, momentum)
-    return to_dtype(out, input.dtype), mean, rstd, new_mean, new_var
+    return to_dtype(out, input.dtype), _saved_stat(mean, input, ("cpu",)), _saved_stat(rstd, input, ("cpu",)), \
+        new_mean, new_var
 
 
 @decomposes(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
@@ -212,8 +222,7 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
         out = _running_norm(input, weight, bias, running_mean, running_var, eps)
         return to_dtype(out, input.dtype), _empty_stat(input), _empty_stat(input)
     if training and running_mean is None and running_var is None:
-        out, mean, rstd, _ = _batch_stats(input, weight, bias, eps)
-        return to_dtype(out, input.dtype), mean, rstd
+        return batch_norm_no_stats(input, weight, bias, training, momentum, eps)
     if training and running_mean is not None and running_var is not None:
         out, mean, rstd, new_mean, new_var = batch_norm_functional(
             input, weight, bias, running_mean, running_var, True, momentum, eps
@@ -230,7 +239,7 @@ def batch_norm_no_stats(input, weight, bias, training, momentum, eps):
     if not input.is_floating_point() or not training:
         return NotImplemented
     out, mean, rstd, _ = _batch_stats(input, weight, bias, eps)
-    return to_dtype(out, input.dtype), mean, rstd
+    return to_dtype(out, input.dtype), _saved_stat(mean, input, ("cpu",)), _saved_stat(rstd, input, ("cpu",))
 
 
 @decomposes(aten.native_batch_norm_backward.default)
