@@ -11,6 +11,8 @@ import sys
 import pytest
 import torch
 
+from kiln.integration import explain
+
 FUZZ_PATH = pathlib.Path(__file__).resolve().parents[2] / "tools" / "fuzz.py"
 
 
@@ -106,3 +108,30 @@ def test_cpp_row_buffer_read_outside_its_row_loop(fuzz):
                            ["v1"])
     outcome = fuzz.run_one(program, "cpu", dynamic=False)
     assert outcome.kind == "ok", f"{outcome.kind}: {outcome.category}"
+
+
+def _diagonal_roll(x):
+    return torch.roll(x.diagonal(dim1=-2, dim2=-1), 1, -1)
+
+
+def _diagonal_group_norm(x):
+    return torch.nn.functional.group_norm(x.diagonal(dim1=-2, dim2=-1) * 2, 2)
+
+
+@pytest.mark.parametrize("codegen", ["cpu", "cuda"])
+@pytest.mark.parametrize("fn", [_diagonal_roll, _diagonal_group_norm], ids=["roll", "group_norm"])
+def test_diagonal_then_roll_or_group_norm_under_dynamic_shapes(fn, codegen):
+    """A region given a diagonal of an (s53, s0) matrix sees `s0` only in its size Min(s0, s53)
+    (group_norm) or in its strides `s0 + 1`, `s0*s53` (roll): the kernel graph solves `s0` from
+    a stride, or passes the Min's value for symbols used only inside it (fuzz seeds 21xxxxxx-
+    23xxxxxx: 'size symbol s0 is not a size or stride of any graph input')."""
+    options = {"fallback": False, "codegen": codegen}
+    with torch._dynamo.config.patch(assume_static_by_default=False):
+        report = explain(fn, torch.randn(2, 4, 5, 6), options=options)
+    assert report.eager_graphs == () and report.kernel_count >= 1, str(report)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="kiln", dynamic=True, options=options)
+    for shape in ((2, 4, 5, 6), (3, 6, 7, 4), (2, 2, 3, 3)):  # the Min is either size
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x), fn(x))
+    torch._dynamo.reset()
