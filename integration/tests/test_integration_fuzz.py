@@ -77,6 +77,11 @@ REGRESSIONS = {
                                      ["v0 = x0.roll(1, -2)", "v1 = x0.roll((1, 2), (0, 1))"], ["v0", "v1"], "cpu", False),
     "roll_keeps_channels_last_triton_dynamic": ([((2, 3, 4, 5), "float32", "channels_last")], ["v0 = x0.roll(1, 0)"],
                                                 ["v0"], "cuda", True),
+    # C++: a row node of a full reduction whose row ranges are (s, 1) reads a row temporary at
+    # the row loop's position, not at the row's start (fuzz seed 24000086)
+    "cpp_row_temporary_read_in_a_row_of_extent_1": ([((8, 1), "float32", "transposed"), ((8, 1), "float32", "transposed")],
+                                                    ["v0 = x0.abs().amax()", "v1 = x1 / (x0.abs() + 1)", "v3 = v0 + v0"],
+                                                    ["v3", "v1"], "cpu", True),
 }
 
 

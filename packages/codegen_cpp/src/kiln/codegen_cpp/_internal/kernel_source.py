@@ -15,7 +15,7 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import Kernel, index_vars, indirect_var
+from kiln.loopir import Kernel, Reduction, index_vars, indirect_var
 from kiln.loopir.codegen import TextHandler
 
 from . import random_source
@@ -281,9 +281,7 @@ class CppHandler(TextHandler):
         row's start. Such a read is at an index free of the row variables (`row_temporary_index`
         checks it is where the temporary is stored), so every position of the row holds the same
         value; the row must not be empty."""
-        index, rindex = self.kernel.placement(self.node)
-        in_scope = set().union(*(sympy.sympify(e).free_symbols for e in (*index, *rindex)))
-        if self.row_offset.free_symbols <= in_scope:
+        if self.kernel.is_row(self.node) or isinstance(self.node.body, Reduction):  # in a loop over the row
             return self.row_offset
         if not sympy.Mul(*self.kernel.row_ranges).is_positive:
             raise self.error(f"{self.kernel.name}, buffer {self.node_name()}: reads row temporary {name} "
