@@ -1,6 +1,7 @@
 """Size symbols a region's inputs give only inside expressions: a region given the diagonal of
 an (s0, s1) matrix has an input of size Min(s0, s1) and stride s1 + 1, and no input of size s0
-or s1 (fuzz seeds 21xxxxxx-23xxxxxx: diagonal, then roll or group_norm, under dynamic shapes)."""
+or s1 (fuzz seeds 21xxxxxx-23xxxxxx: diagonal, then roll or group_norm, under dynamic shapes), and
+one given a `[..., ::2]` slice has size (s1 + 1)//2."""
 
 from __future__ import annotations
 
@@ -40,8 +41,18 @@ def test_symbols_used_only_inside_a_min_take_its_value():
         torch.testing.assert_close(kg(d), (d - d.mean()).cumsum(0))
 
 
+def test_a_symbol_known_only_inside_a_floor_division_takes_a_value_keeping_it():
+    """A contiguous `[:, ::2]` slice: its width (s1 + 1)//2 is all the region knows of s1; it
+    passes 2*m - 1 for s1 (m the width), which keeps (s1 + 1)//2."""
+    kg = lower(_region(lambda d: d - d.mean(-1, keepdim=True), lambda a: a[:, ::2].contiguous()))
+    verify(kg)
+    for rows, columns in ((3, 4), (2, 7), (5, 2)):
+        d = torch.randn(rows, columns)[:, ::2].contiguous()
+        torch.testing.assert_close(kg(d), d - d.mean(-1, keepdim=True))
+
+
 def test_a_symbol_also_needed_outside_its_min_is_an_error():
     region = _region(lambda d, c: d.sum() + c.sum(), lambda a: a.diagonal().contiguous(),
                      lambda a: torch.cat([a[:, 0], a[0, :]]))
-    with pytest.raises(LoweringError, match=r"only inside Min\(s\d+, s\d+\)\) and kernel kernel0 needs it in s\d+ \+ s\d+"):
+    with pytest.raises(LoweringError, match=r"size symbol s\d+ is not a size or stride of any graph input"):
         lower(region)

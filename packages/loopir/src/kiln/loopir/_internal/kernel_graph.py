@@ -149,7 +149,8 @@ class _Builder:
         # inputs like `s27 + s44`, then input sizes like `Min(s0, s53)` and strides like `s0 + 1`
         # (a diagonal's), in the order `_solved` tries them.
         self.expressions: list[tuple[sympy.Expr, Callable[[], fx.Node]]] = []
-        # Symbols known only inside a Min/Max (see `_stand_in`), each standing for that Min/Max.
+        # Symbols known only inside a Min, Max or floor division, each with the value passed
+        # for it, in terms of that expression (see `_stand_in`).
         self.stand_ins: dict[sympy.Symbol, sympy.Expr] = {}
         self.solving: set[sympy.Symbol] = set()
 
@@ -253,15 +254,19 @@ class _Builder:
         return value
 
     def _stand_in(self, sym: sympy.Symbol) -> fx.Node | None:
-        """For a symbol the inputs give only inside a Min or Max (a diagonal of an (s53, s0)
-        matrix has size `Min(s0, s53)`), that Min/Max's value, or None.
-
-        Passed as `sym`, it leaves the Min/Max's value unchanged (Min(Min(s0, s53), s53) is
-        Min(s0, s53)), so every size expression that uses `sym` only inside it keeps its value;
-        `check_stand_ins` rejects a graph that uses `sym` elsewhere."""
+        """For a symbol the inputs give only inside a Min, Max or floor division (a diagonal of
+        an (s53, s0) matrix has size `Min(s0, s53)`, a `[..., ::2]` slice `(s53 + 1)//2`), a
+        value that leaves that expression's value unchanged: the Min's value itself, `2*m - 1`
+        for `m = (s53 + 1)//2`. Every size expression that uses `sym` only inside it keeps its
+        value; `check_stand_ins` rejects a graph that uses `sym` elsewhere. None if none does."""
         for expression, read in self.expressions:
-            for atom in sorted(expression.atoms(sympy.Min, sympy.Max), key=str):
-                if sym not in atom.free_symbols or (expression.free_symbols - {sym}) & self.solving:
+            for atom in sorted(expression.atoms(sympy.Min, sympy.Max, FloorDiv), key=str):
+                inverse = _inverse(atom, sym)
+                if inverse is None or (expression.free_symbols - {sym}) & self.solving:
+                    continue
+                scale, shift = inverse
+                stand_ins = {**self.stand_ins, sym: scale * atom + shift}
+                if not all(_unchanged(known, stand_ins) for known, _ in self.expressions):
                     continue
                 self.solving.add(sym)
                 try:
@@ -271,21 +276,21 @@ class _Builder:
                 finally:
                     self.solving.discard(sym)
                 if value is not None:
-                    self.stand_ins[sym] = atom
-                    return value
+                    self.stand_ins = stand_ins
+                    if scale != 1:
+                        value = self.graph.call_function(operator.mul, (value, scale))
+                    return self.graph.call_function(operator.add, (value, shift)) if shift else value
         return None
 
     def check_stand_ins(self, expressions: list[Any], where: str) -> None:
         """Raise if one of the size `expressions` computed at run time (by `where`) changes its
         value with the stand-ins (see `_stand_in`) in place of their symbols."""
-        if not self.stand_ins:
-            return
         for expression in map(sympy.sympify, expressions):
-            if expression.free_symbols & self.stand_ins.keys() and expression.xreplace(self.stand_ins) != expression:
+            if not _unchanged(expression, self.stand_ins):
                 symbols = ", ".join(sorted(str(s) for s in expression.free_symbols & self.stand_ins.keys()))
-                inside = ", ".join(sorted({str(atom) for atom in self.stand_ins.values()}))
-                raise LoweringError(f"size symbol {symbols} is not a size or stride of any graph input (only "
-                                    f"inside {inside}) and {where} needs it in {expression}")
+                inside = ", ".join(sorted({str(stand_in) for stand_in in self.stand_ins.values()}))
+                raise LoweringError(f"size symbol {symbols} is not a size or stride of any graph input (known "
+                                    f"only as {inside}) and {where} needs it in {expression}")
 
     def expr(self, expr: Any) -> Any:
         """A sympy size expression as an int or as FX nodes computing it at run time."""
@@ -366,6 +371,36 @@ class _Builder:
             self.graph.output(pytree.tree_unflatten(outs, self.lowered.output_spec))
             return
         self.graph.output(tuple(outs) if as_tuple else outs[0])
+
+
+def _inverse(atom: sympy.Expr, sym: sympy.Symbol) -> tuple[int, int] | None:
+    """(scale, shift) such that `sym = scale*atom + shift` leaves `atom` unchanged, or None:
+    (1, 0) for a Min/Max of `sym` (Min(Min(s0, s1), s1) is Min(s0, s1)), (c, -b) for `(sym + b)//c`."""
+    if sym not in atom.free_symbols:
+        return None
+    if isinstance(atom, (sympy.Min, sympy.Max)):
+        return 1, 0
+    base, divisor = atom.args
+    shift = base - sym
+    if divisor.is_Integer and divisor > 0 and shift.is_Integer:
+        return int(divisor), -int(shift)
+    return None
+
+
+def _unchanged(expression: sympy.Expr, stand_ins: dict[sympy.Symbol, sympy.Expr]) -> bool:
+    """Whether `expression` is the same with `stand_ins` in place of their symbols (a floor
+    division of a multiple of its divisor divided out: `(2*((s + 1)//2))//2` is `(s + 1)//2`)."""
+    if not expression.free_symbols & stand_ins.keys():
+        return True
+    replaced = expression.xreplace(stand_ins).replace(FloorDiv, _exact_floor_division)
+    return replaced == expression
+
+
+def _exact_floor_division(base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr:
+    coefficient, rest = base.as_coeff_Mul()
+    if divisor.is_Integer and coefficient.is_Integer and coefficient % divisor == 0 and rest.is_integer:
+        return (coefficient // divisor) * rest
+    return FloorDiv(base, divisor)
 
 
 def _kernel_expressions(kernel: Kernel) -> list[Any]:
