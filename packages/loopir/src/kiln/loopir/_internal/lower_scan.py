@@ -85,7 +85,8 @@ class _Chunks:
         return self.ctx.add_reduction(scan, (*before, count, chunk, *after), self.origin, _stored(scan_type, dtype))
 
     def scan_totals(self, scan_type: str, total: Any, dtype: torch.dtype) -> Any:
-        """prefix[.., s, ..]: the scan over s of `total(ops, index)`, read at `last(index, s)`."""
+        """prefix[.., s, ..]: the scan over s of `total(ops, at)`, a load at `at`, the place
+        of chunk s's last element in the chunk scans' buffers."""
         dim, count = self.dim, sympy.Integer(self.split)
 
         def total_fn(ops: Any, index: tuple[Expr, ...], rindex: tuple[Expr, ...]) -> Any:
