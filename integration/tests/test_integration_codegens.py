@@ -12,15 +12,15 @@ import torch
 
 from kiln import codegen_cpp, codegen_triton, loopir
 from kiln.integration import KilnOptions, backend, explain
-from kiln.integration._internal import codegens
+from kiln.integration._internal import codegen_registry, codegens
 from kiln.integration._internal.backend import _compile
 
 
 def test_kiln_codegens_come_from_entry_points():
-    names = {e.name: e.value for e in importlib.metadata.entry_points(group=codegens.ENTRY_POINT_GROUP)}
+    names = {e.name: e.value for e in importlib.metadata.entry_points(group=codegen_registry.ENTRY_POINT_GROUP)}
     assert names == {"cpu": "kiln.codegen_cpp:CODEGEN", "cuda": "kiln.codegen_triton:CODEGEN",
                      "reference": "kiln.loopir:REFERENCE_CODEGEN"}
-    found = codegens.registered()
+    found = codegen_registry.registered()
     assert found["cpu"] is codegen_cpp.CODEGEN and found["cuda"] is codegen_triton.CODEGEN
     assert found["reference"] is loopir.REFERENCE_CODEGEN
 
@@ -40,10 +40,10 @@ def test_codegen_options_are_built_by_the_codegen(tmp_path):
 
 
 def test_a_plain_compile_function_is_a_codegen_of_default_capabilities():
-    plugin = codegens.as_codegen("npu", lambda kernel_graph, options=None: kernel_graph.gm)
+    plugin = codegen_registry.as_codegen("npu", lambda kernel_graph, options=None: kernel_graph.gm)
     assert plugin.devices == ("npu",) and plugin.capabilities == loopir.Capabilities()
     with pytest.raises(TypeError, match="not a kiln.loopir.Codegen"):
-        codegens.as_codegen("bad", 3)
+        codegen_registry.as_codegen("bad", 3)
 
 
 def softmax_block(x, w):
@@ -96,7 +96,7 @@ def test_training_through_each_codegen(codegen):
 def test_capabilities_decide_the_lowering(monkeypatch):
     """A codegen without row fusion gets softmax as separate kernels; with it, one kernel."""
     no_rows = dataclasses.replace(loopir.REFERENCE_CODEGEN, name="plain", capabilities=loopir.Capabilities())
-    monkeypatch.setattr(codegens, "registered", lambda: {**codegens.BUILTIN, "plain": no_rows})
+    monkeypatch.setattr(codegen_registry, "registered", lambda: {**codegen_registry.BUILTIN, "plain": no_rows})
     x = torch.randn(4, 8)
     fused = explain(lambda t: torch.softmax(t, -1), x, options={"codegen": "reference", "fallback": False})
     unfused = explain(lambda t: torch.softmax(t, -1), x, options={"codegen": "plain", "fallback": False})

@@ -56,12 +56,14 @@ def test_region_inputs_computed_outside_the_region(name):
         torch.testing.assert_close(compiled(*args), fn(*args))
 
 
-@pytest.mark.xfail(strict=True, reason="a region input's size (s58 + 1)//2 holds a symbol the region's "
-                                       "kernels need alone and no input gives (group norm's view of it)")
-def test_group_norm_of_a_strided_slice():
-    compiled = _compile(_strided_group_norm, "cpu")
-    x = torch.randn(3, 4, 5)
-    torch.testing.assert_close(compiled(x), _strided_group_norm(x))
+@pytest.mark.parametrize("codegen", ["cpu", "cuda"])
+def test_group_norm_of_a_strided_slice(codegen):
+    """The region's input has size (s58 + 1)//2 and no input gives s58 alone: the kernel graph
+    passes 2*m - 1 for it, m the input's size, which keeps (s58 + 1)//2."""
+    compiled = _compile(_strided_group_norm, codegen)
+    for shape in ((3, 4, 5), (2, 3, 8), (4, 2, 7)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x), _strided_group_norm(x))
 
 
 def _strided_float64(x0, x2):  # fuzz seed 3000160 (its size (s33 - 1)*Abs(FloorDiv(s33 + 1, 2)) + ...)

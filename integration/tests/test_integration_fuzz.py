@@ -11,6 +11,8 @@ import sys
 import pytest
 import torch
 
+from kiln.integration import explain
+
 FUZZ_PATH = pathlib.Path(__file__).resolve().parents[2] / "tools" / "fuzz.py"
 
 
@@ -75,6 +77,11 @@ REGRESSIONS = {
                                      ["v0 = x0.roll(1, -2)", "v1 = x0.roll((1, 2), (0, 1))"], ["v0", "v1"], "cpu", False),
     "roll_keeps_channels_last_triton_dynamic": ([((2, 3, 4, 5), "float32", "channels_last")], ["v0 = x0.roll(1, 0)"],
                                                 ["v0"], "cuda", True),
+    # C++: a row node of a full reduction whose row ranges are (s, 1) reads a row temporary at
+    # the row loop's position, not at the row's start (fuzz seed 24000086)
+    "cpp_row_temporary_read_in_a_row_of_extent_1": ([((8, 1), "float32", "transposed"), ((8, 1), "float32", "transposed")],
+                                                    ["v0 = x0.abs().amax()", "v1 = x1 / (x0.abs() + 1)", "v3 = v0 + v0"],
+                                                    ["v3", "v1"], "cpu", True),
 }
 
 
@@ -97,12 +104,39 @@ def test_strides_are_compared_with_a_layout_in_the_mix(fuzz):
     assert fuzz._compare_strides([x * 1], [x], []) is None
 
 
-@pytest.mark.xfail(strict=True, reason="codegen_cpp: a kernel reads row_buf4[r0] outside any row loop "
-                                       "(''r0' was not declared'): a max over a dim of 1 with lerp and an "
-                                       "input zeroed in place (fuzz seed 22001026)")
 def test_cpp_row_buffer_read_outside_its_row_loop(fuzz):
+    """fuzz seed 22001026: a max over a dim of 1 with lerp and an input zeroed in place. lerp's
+    0-d weight test is a row temporary of the max's kernel (its row is the one element), read
+    by the output at the outer point: codegen_cpp read `row_buf4[r0]` where no `r0` exists."""
     program = fuzz.Program(22001026, [((1,), "float32"), ((1,), "float32")],
                            ["x1[0].zero_()", "v0 = x0.max(-1, keepdim=True)[0]", "v1 = torch.lerp(v0, x1, 0.3)"],
                            ["v1"])
     outcome = fuzz.run_one(program, "cpu", dynamic=False)
     assert outcome.kind == "ok", f"{outcome.kind}: {outcome.category}"
+
+
+def _diagonal_roll(x):
+    return torch.roll(x.diagonal(dim1=-2, dim2=-1), 1, -1)
+
+
+def _diagonal_group_norm(x):
+    return torch.nn.functional.group_norm(x.diagonal(dim1=-2, dim2=-1) * 2, 2)
+
+
+@pytest.mark.parametrize("codegen", ["cpu", "cuda"])
+@pytest.mark.parametrize("fn", [_diagonal_roll, _diagonal_group_norm], ids=["roll", "group_norm"])
+def test_diagonal_then_roll_or_group_norm_under_dynamic_shapes(fn, codegen):
+    """A region given a diagonal of an (s53, s0) matrix sees `s0` only in its size Min(s0, s53)
+    (group_norm) or in its strides `s0 + 1`, `s0*s53` (roll): the kernel graph solves `s0` from
+    a stride, or passes the Min's value for symbols used only inside it (fuzz seeds 21xxxxxx-
+    23xxxxxx: 'size symbol s0 is not a size or stride of any graph input')."""
+    options = {"fallback": False, "codegen": codegen}
+    with torch._dynamo.config.patch(assume_static_by_default=False):
+        report = explain(fn, torch.randn(2, 4, 5, 6), options=options)
+    assert report.eager_graphs == () and report.kernel_count >= 1, str(report)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="kiln", dynamic=True, options=options)
+    for shape in ((2, 4, 5, 6), (3, 6, 7, 4), (2, 2, 3, 3)):  # the Min is either size
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x), fn(x))
+    torch._dynamo.reset()

@@ -81,12 +81,12 @@ def test_codegen_without_the_dtype_falls_back_per_node_and_says_why(monkeypatch)
     import dataclasses
 
     from kiln import loopir
-    from kiln.integration._internal import codegens
+    from kiln.integration._internal import codegen_registry
 
     no_bf16 = dataclasses.replace(loopir.REFERENCE_CODEGEN, name="nobf16", capabilities=dataclasses.replace(
         loopir.REFERENCE_CODEGEN.capabilities,
         dtypes=frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.bool})))
-    monkeypatch.setattr(codegens, "registered", lambda: {**codegens.BUILTIN, "nobf16": no_bf16})
+    monkeypatch.setattr(codegen_registry, "registered", lambda: {**codegen_registry.BUILTIN, "nobf16": no_bf16})
     model, x = _mlp().to(torch.bfloat16), torch.randn(16, 64).to(torch.bfloat16)
     with torch.no_grad():
         report = explain(model, x, options={"codegen": "nobf16"})

@@ -17,7 +17,7 @@ from torch._dynamo.debug_utils import AccuracyError, backend_accuracy_fails
 from kiln import loopir
 from kiln.codegen_cpp._internal import kernel_source, vector_source
 from kiln.integration import RegionMismatchError, backend
-from kiln.integration._internal import codegens
+from kiln.integration._internal import codegen_registry
 from kiln.loopir._internal import evaluate
 
 
@@ -116,7 +116,7 @@ def _plant_on_the_reference_codegen(monkeypatch, crash: bool):
 
     monkeypatch.setattr(evaluate.TorchHandler, "sin", raising_sin if crash else evaluate.TorchHandler.cos)
     cpu = dataclasses.replace(loopir.REFERENCE_CODEGEN, name="cpu", devices=("cpu",))
-    monkeypatch.setattr(codegens, "registered", lambda: {**codegens.BUILTIN, "cpu": cpu})
+    monkeypatch.setattr(codegen_registry, "registered", lambda: {**codegen_registry.BUILTIN, "cpu": cpu})
 
 
 MINIFIER_CASES = [(after, level, grad) for after in ("dynamo", "aot") for level in (2, 3, 4) for grad in (False, True)]

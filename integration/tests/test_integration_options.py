@@ -10,7 +10,7 @@ import pytest
 
 from kiln import loopir
 from kiln.integration import KilnOptions, OptionsError
-from kiln.integration._internal import codegens
+from kiln.integration._internal import codegen_registry
 from kiln.integration._internal.options import _TYPES
 
 WRONG = [
@@ -46,7 +46,7 @@ def test_every_option_but_the_lowering_table_has_a_type_check():
 
 def test_a_registered_plugin_name_is_a_valid_codegen(monkeypatch):
     npu = dataclasses.replace(loopir.REFERENCE_CODEGEN, name="npu", devices=("npu",))
-    monkeypatch.setattr(codegens, "registered", lambda: {**codegens.BUILTIN, "npu": npu})
+    monkeypatch.setattr(codegen_registry, "registered", lambda: {**codegen_registry.BUILTIN, "npu": npu})
     assert KilnOptions.create({"codegen": "npu"}, environ={}).codegen == "npu"
     with pytest.raises(OptionsError, match="registered under 'kiln.codegen': cpu, cuda, npu, reference"):
         KilnOptions.create({"codegen": "tpu"}, environ={})

@@ -7,6 +7,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.codegen_triton import TritonOptions, compile, verify
 from kiln.loopir import Reduction, lower
+from kiln.loopir._internal import lower_split
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 
@@ -181,13 +182,40 @@ def test_split_reductions_run(fn, tmp_path):
                                rtol=1e-4, atol=1e-3)
 
 
+def _split_small_scans(monkeypatch):
+    """loopir's split thresholds lowered, so that a 1024-long row splits into 64 chunks."""
+    monkeypatch.setattr(lower_split, "MIN_ELEMENTS", 1)
+    monkeypatch.setattr(lower_split, "MIN_CHUNK", 16)
+
+
 @pytest.mark.parametrize("fn", [lambda x: torch.cumsum(x, 0), lambda x: torch.cumsum(x.double(), 0),
                                 lambda x: torch.logcumsumexp(x * 10, 0)], ids=["cumsum", "cumsum_double", "logcumsumexp"])
-def test_split_scans_run(fn, tmp_path):
-    """A long cumsum of one row (loopir's split scans, on for this codegen): chunk scans over
-    512 programs, a scan of the chunks' totals, then the combine."""
-    x = torch.randn(1 << 18)
+def test_split_scans_run(fn, tmp_path, monkeypatch):
+    """A cumsum of one row split as a long one is (loopir's split scans, on for this codegen;
+    its thresholds lowered: the interpreter runs logcumsumexp's `tl.associative_scan` element by
+    element): 64 chunk scans, a scan of the chunks' totals, then the combine."""
+    _split_small_scans(monkeypatch)
+    x = torch.randn(1024)
     kernel_graph = lower(make_fx(fn)(x), split_reductions=True)
     assert len(kernel_graph.kernels) == 3
     torch.testing.assert_close(compile(kernel_graph, TritonOptions(cache_dir=tmp_path))(x), fn(x),
                                rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("op", [torch.cummax, torch.cummin])
+def test_split_cummax_cummin_run(op, tmp_path, monkeypatch):
+    """A cummax/cummin of one row with ties, -inf and NaNs, split (loopir's thresholds lowered:
+    the interpreter runs `tl.associative_scan` of pairs element by element) into 64 chunks:
+    chunk scans of values and positions, scans of the chunks' last pairs, then the pair combine
+    (eager's rule: the latest of equal values, the latest NaN)."""
+    _split_small_scans(monkeypatch)
+    x = torch.randint(-3, 4, (1024,)).float()
+    x[:40] = float("-inf") if op is torch.cummax else float("inf")
+    x[300], x[700], x[701] = float("nan"), float("nan"), float("nan")
+    kernel_graph = lower(make_fx(lambda x: op(x, 0))(x), split_reductions=True)
+    assert sum(n.body.reduction_type.startswith("arg") for k in kernel_graph.kernels for n in k.nodes
+               if isinstance(n.body, Reduction)) == 2
+    values, indices = compile(kernel_graph, TritonOptions(cache_dir=tmp_path))(x)
+    want = op(x, 0)
+    torch.testing.assert_close(values, want.values, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(indices, want.indices)

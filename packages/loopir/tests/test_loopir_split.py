@@ -1,6 +1,7 @@
 """`LowerOptions.split_reductions`: a long sum/prod/max/min into few outputs becomes partial
 reductions over chunks of its first reduced dim, then a reduction of the partials;
-long cumsum/cumprod over few rows become chunk scans, a scan of their totals and a combine."""
+long cumsum/cumprod/logcumsumexp/cummax/cummin over few rows become chunk scans, a scan of their
+totals and a combine."""
 
 from __future__ import annotations
 
@@ -94,9 +95,43 @@ def test_long_scans_over_few_rows_split(name):
     torch.testing.assert_close(split(*args), want, rtol=1e-2 if low else 1e-5, atol=4.0 if low else 1e-3)
 
 
-def test_short_or_many_row_scans_and_cummax_stay_whole():
+def test_short_or_many_row_scans_stay_whole():
     for fn, args in [(lambda x: torch.cumsum(x, -1), (torch.randn(2048, 512),)),  # enough rows
                      (lambda x: torch.cumsum(x, 0), (torch.randn(4099),)),  # small
-                     (lambda x: torch.cummax(x, 0)[0], (torch.randn(1 << 19),))]:  # no pair combine
+                     (lambda x: torch.cummax(x, -1)[1], (torch.randn(2048, 512),))]:
         # one scan per output: cumsum's one, cummax's values and indices
         assert len(_scans(_lowered(fn, *args, split=True))) == len(_scans(_lowered(fn, *args, split=False)))
+
+
+def _ties_and_nans(n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Few distinct values (many ties), -inf runs, and NaNs in a middle chunk and near the end."""
+    x = torch.randint(-3, 4, (n,)).to(dtype)
+    x[: n // 64] = float("-inf")
+    x[n // 3], x[n - 100] = float("nan"), float("nan")
+    return x
+
+
+CUMMAX = {
+    "cummax with ties, -inf and NaN": (lambda x: torch.cummax(x, 0), _ties_and_nans(1 << 19, torch.float32)),
+    "cummin with ties, +inf and NaN": (lambda x: torch.cummin(x, 0), -_ties_and_nans(1 << 19, torch.float32)),
+    "cummax over dim 0 of two int32 columns": (lambda x: torch.cummax(x, 0),
+                                                torch.randint(-3, 4, (1 << 18, 2), dtype=torch.int32)),
+    "cummin along the last dim of two bfloat16 rows": (lambda x: torch.cummin(x, -1),
+                                                       _ties_and_nans(1 << 19, torch.bfloat16).view(2, -1)),
+    "cummax of bools: int64 positions": (lambda x: torch.cummax(x, -1), torch.rand(2, 1 << 18) < 0.01),
+    "cummin of a fused product": (lambda x: torch.cummin(x * 2 + 1, 0), _ties_and_nans(1 << 19, torch.float64)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CUMMAX))
+def test_long_cummax_cummin_split_as_pairs(name):
+    """cummax/cummin: chunk scans of values and positions, the same scans of the chunks' last
+    pairs, then a pair combine keeping eager's latest-of-equal-values and latest-NaN rule."""
+    fn, x = CUMMAX[name]
+    whole, split = _lowered(fn, x, split=False), _lowered(fn, x, split=True)
+    assert len(_scans(whole)) == 2 and len(_scans(split)) == 4
+    assert {n.spec.dtype for n in _scans(split) if n.body.reduction_type.startswith("arg")} == {torch.int64}
+    want_values, want_indices = fn(x)
+    got_values, got_indices = split(x)
+    torch.testing.assert_close(got_values, want_values, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got_indices, want_indices)

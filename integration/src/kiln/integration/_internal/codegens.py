@@ -1,30 +1,20 @@
-"""Choosing a codegen: `kiln.loopir.Codegen` plugins registered under ``kiln.codegen``.
-
-kiln's own codegens register `cpu` (codegen_cpp), `cuda` (codegen_triton) and `reference`
-(loopir's reference evaluator) as entry points, as a third party registers its own. A source
-tree used without installing (only `PYTHONPATH`) has no entry points: kiln's own three are
-then taken directly. A third party's plain ``compile(kernel_graph, options=None)`` function is
-accepted as a codegen of default capabilities for the device type it is named after.
+"""Choosing a codegen for a graph: the one `KilnOptions.codegen` names, else the one serving the
+graph's device, from the registry (`codegen_registry.py`), with its options built from the
+backend's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib.metadata
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from kiln import codegen_cpp, codegen_triton, loopir
+from kiln import loopir
 
+from . import codegen_registry
 from .options import KilnOptions
-
-log = logging.getLogger(__name__)
-ENTRY_POINT_GROUP = "kiln.codegen"
-BUILTIN = {"cpu": codegen_cpp.CODEGEN, "cuda": codegen_triton.CODEGEN, "reference": loopir.REFERENCE_CODEGEN}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,28 +23,6 @@ class Selected:
 
     codegen: loopir.Codegen
     options: Any
-
-
-def as_codegen(name: str, loaded: Any) -> loopir.Codegen:
-    """An entry point's object as a `Codegen` (a bare compile function gets default capabilities)."""
-    if isinstance(loaded, loopir.Codegen):
-        return loaded
-    if callable(loaded):
-        return loopir.Codegen(name=name, devices=(name,), compile=loaded, artifacts_key=f"kiln_{name}")
-    raise TypeError(f"entry point {name!r} of {ENTRY_POINT_GROUP!r} is a {type(loaded).__name__}, "
-                    "not a kiln.loopir.Codegen or a compile function")
-
-
-@functools.lru_cache(maxsize=1)
-def registered() -> dict[str, loopir.Codegen]:
-    """Every codegen, by name (a plugin that fails to load is skipped with a warning)."""
-    found = dict(BUILTIN)
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            found[entry.name] = as_codegen(entry.name, entry.load())
-        except Exception as error:  # a broken third-party plugin must not break the backend
-            log.warning("kiln: codegen entry point %r could not be loaded: %s", entry.name, error)
-    return found
 
 
 def device_type(example_inputs: Sequence[Any], values: Sequence[Any] = ()) -> str:
@@ -76,17 +44,17 @@ def device_type(example_inputs: Sequence[Any], values: Sequence[Any] = ()) -> st
 def select(device: str, options: KilnOptions) -> Selected:
     """The codegen named by `options.codegen`, else the one serving `device` (the one named
     after it first), with its options built from the backend's."""
-    codegens = registered()
+    codegens = codegen_registry.registered()
     if options.codegen is not None:
         codegen = codegens.get(options.codegen)
         if codegen is None:
             raise ValueError(f"no kiln codegen named {options.codegen!r}; registered under "
-                             f"{ENTRY_POINT_GROUP!r}: {', '.join(sorted(codegens))}")
+                             f"{codegen_registry.ENTRY_POINT_GROUP!r}: {', '.join(sorted(codegens))}")
         codegen.check_device(device)
     else:
         serving = sorted((name != device, name) for name, c in codegens.items() if device in c.devices)
         if not serving:
             raise ValueError(f"no kiln codegen serves device {device!r}; registered under "
-                             f"{ENTRY_POINT_GROUP!r}: {', '.join(sorted(codegens))}")
+                             f"{codegen_registry.ENTRY_POINT_GROUP!r}: {', '.join(sorted(codegens))}")
         codegen = codegens[serving[0][1]]
     return Selected(codegen, codegen.make_options(options.codegen_settings()))

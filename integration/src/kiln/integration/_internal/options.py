@@ -20,6 +20,8 @@ from typing import Any
 
 from kiln import loopir
 
+from . import codegen_registry
+
 
 class OptionsError(ValueError):
     """Unknown or invalid backend option."""
@@ -110,12 +112,10 @@ class KilnOptions:
             raise OptionsError(f"kiln option lowerings must be None or a kiln.loopir.Lowerings (e.g. "
                                f"default_lowerings() | my_table), got a {type(self.lowerings).__name__}")
         if self.codegen is not None:
-            from .codegens import ENTRY_POINT_GROUP, registered  # codegens imports this module
-
-            names = sorted(registered())
+            names = sorted(codegen_registry.registered())
             if self.codegen not in names:
                 raise OptionsError(f"kiln option codegen={self.codegen!r} names no codegen; registered under "
-                                   f"{ENTRY_POINT_GROUP!r}: {', '.join(names)}")
+                                   f"{codegen_registry.ENTRY_POINT_GROUP!r}: {', '.join(names)}")
 
     @classmethod
     def create(cls, overrides: Mapping[str, Any] | KilnOptions | None = None,

@@ -15,7 +15,7 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import Kernel, index_vars, indirect_var
+from kiln.loopir import Kernel, Reduction, index_vars, indirect_var
 from kiln.loopir.codegen import TextHandler
 
 from . import random_source
@@ -255,7 +255,7 @@ class CppHandler(TextHandler):
             return local
         if name in self.row_temporaries:
             self.row_temporary_index(name, index)
-            return self.var(f"row_{name}[{cpp_expr(self.row_offset)}]")
+            return self.var(f"row_{name}[{cpp_expr(self.row_place(name))}]")
         element = f"{self.pointer(name)}[{cpp_expr(index)}]"
         guards = [self.unsafe_indirect[s] for s in sorted(sympy.sympify(index).free_symbols, key=str)
                   if s in self.unsafe_indirect]
@@ -274,6 +274,19 @@ class CppHandler(TextHandler):
         elif name in self.row_temporaries:
             self.row_temporary_index(name, index)
             self.lines.append(f"row_{name}[{cpp_expr(self.row_offset)}] = {value};")
+
+    def row_place(self, name: str) -> sympy.Expr:
+        """Where the node being emitted reads row temporary `name` in its scratch row: at the row
+        loop's position, or, from a node at the outer point (outside any row loop), at the
+        row's start. Such a read is at an index free of the row variables (`row_temporary_index`
+        checks it is where the temporary is stored), so every position of the row holds the same
+        value; the row must not be empty."""
+        if self.kernel.is_row(self.node) or isinstance(self.node.body, Reduction):  # in a loop over the row
+            return self.row_offset
+        if not sympy.Mul(*self.kernel.row_ranges).is_positive:
+            raise self.error(f"{self.kernel.name}, buffer {self.node_name()}: reads row temporary {name} "
+                             f"outside its row loop, whose rows {list(self.kernel.row_ranges)} may be empty")
+        return sympy.Integer(0)
 
     def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
         """The running value of a `Scan` at this step; its declaration goes before the scan's

@@ -170,7 +170,7 @@ class CppVectorHandler(CppHandler):
         """The array `name` is read or written through, and the index in it."""
         if name in self.row_temporaries:
             self.row_temporary_index(name, index)  # raises unless it is read where it was stored
-            return f"row_{name}", self.row_offset
+            return f"row_{name}", self.row_place(name)
         return (f"out_{name}" if name in self.produced else f"in_{name}"), index
 
     def load(self, name: str, index: sympy.Expr) -> str:

@@ -145,7 +145,13 @@ class _Builder:
         self.symbols: dict[sympy.Symbol, fx.Node] = {}
         self.raw_inputs: dict[str, fx.Node] = {}  # placeholders/get_attrs before ensure_layout
         self.symbol_sources: dict[sympy.Symbol, tuple[str, int, str]] = {}
-        self.computed_inputs: list[tuple[sympy.Expr, fx.Node]] = []  # SymInt inputs like `s27 + s44`
+        # Values given as expressions of symbols, each with what reads it at run time: SymInt
+        # inputs like `s27 + s44`, then input sizes like `Min(s0, s53)` and strides like `s0 + 1`
+        # (a diagonal's), in the order `_solved` tries them.
+        self.expressions: list[tuple[sympy.Expr, Callable[[], fx.Node]]] = []
+        # Symbols known only inside a Min, Max or floor division, each with the value passed
+        # for it, in terms of that expression (see `_stand_in`).
+        self.stand_ins: dict[sympy.Symbol, sympy.Expr] = {}
         self.solving: set[sympy.Symbol] = set()
 
     def inputs(self) -> None:
@@ -169,7 +175,7 @@ class _Builder:
             elif isinstance(graph_input.symbol, sympy.Symbol):
                 self.symbols[graph_input.symbol] = node
                 if graph_input.stands_for is not None:
-                    self.computed_inputs.append((graph_input.stands_for, node))
+                    self.expressions.append((graph_input.stands_for, lambda node=node: node))
         for stride, name, dim in strides:
             self._offer_symbol(stride, name, dim, "stride")
         for graph_input in self.lowered.inputs:
@@ -179,8 +185,15 @@ class _Builder:
                     ensure_layout, (self.raw_inputs[spec.name], [self.expr(st) for st in spec.stride]))
 
     def _offer_symbol(self, expr: sympy.Expr, name: str, dim: int, kind: str) -> None:
-        if isinstance(expr, sympy.Symbol) and expr not in self.symbol_sources:
-            self.symbol_sources[expr] = (name, dim, kind)
+        if isinstance(expr, sympy.Symbol):
+            self.symbol_sources.setdefault(expr, (name, dim, kind))
+        elif sympy.sympify(expr).free_symbols:
+            self.expressions.append((sympy.sympify(expr), lambda: self._read(name, dim, kind)))
+
+    def _read(self, name: str, dim: int, kind: str) -> fx.Node:
+        """The run-time size or stride `dim` of graph input `name`."""
+        op = aten.sym_size.int if kind == "size" else aten.sym_stride.int
+        return self.graph.call_function(op, (self.raw_inputs[name], dim))
 
     def symbol(self, sym: sympy.Symbol) -> fx.Node:
         if sym not in self.symbols:
@@ -189,33 +202,103 @@ class _Builder:
                 self.symbols[sym] = solved
                 return solved
             if sym not in self.symbol_sources:
-                raise LoweringError(f"size symbol {sym} is not a size or stride of any graph input, "
-                                    "and no SymInt input provides it")
-            name, dim, kind = self.symbol_sources[sym]
-            op = aten.sym_size.int if kind == "size" else aten.sym_stride.int
-            self.symbols[sym] = self.graph.call_function(op, (self.raw_inputs[name], dim))
+                stand_in = self._stand_in(sym)
+                if stand_in is None:
+                    raise LoweringError(f"size symbol {sym} is not a size or stride of any graph input, "
+                                        "and no SymInt input provides it")
+                self.symbols[sym] = stand_in
+                return stand_in
+            self.symbols[sym] = self._read(*self.symbol_sources[sym])
         return self.symbols[sym]
 
     def _solved(self, sym: sympy.Symbol) -> fx.Node | None:
-        """`sym` computed from a SymInt input that is `sym` plus or minus known sizes (a region
-        given `start + s27` for a negative narrow start), or None."""
-        for expr, node in self.computed_inputs:
-            rest, term = expr.as_independent(sym, as_Add=True)
-            if term not in (sym, -sym) or rest.free_symbols & self.solving:
+        """`sym` computed from a value given as an expression of it and of other known sizes (see
+        `_inverted`): a SymInt input (a region given `start + s27` for a negative narrow start),
+        an input's size or stride (a diagonal's stride `s0 + 1` when no input has `s0` as a
+        size, only `Min(s0, s53)`); None if none gives it."""
+        for expression, read in self.expressions:
+            if sym not in expression.free_symbols or (expression.free_symbols - {sym}) & self.solving:
                 continue
             self.solving.add(sym)
             try:
-                known = self.expr(rest)
-            except LoweringError:
-                continue
+                value = self._inverted(expression, sym, read)
+            except LoweringError:  # a size it needs is known nowhere either
+                value = None
             finally:
                 self.solving.discard(sym)
-            value = self.graph.call_function(operator.sub, (node, known))
-            return value if term == sym else self.graph.call_function(operator.neg, (value,))
+            if value is not None:
+                return value
         return None
+
+    def _inverted(self, expression: sympy.Expr, sym: sympy.Symbol, read: Callable[[], fx.Node]) -> fx.Node | None:
+        """`sym` as nodes computing it from `read()`, the run-time value of `expression`, when
+        that is `sym` under sums and products with terms free of it (`s0 + 1`, `s0*s27*s53`,
+        `s0 - start`): each term is undone in turn, a product by an exact division by sizes or
+        nonzero integers. None for anything else (`Min(s0, s53)`, `FloorDiv(s0, 2)`)."""
+        undo = []
+        while expression != sym:
+            if isinstance(expression, sympy.Add):
+                rest, expression = expression.as_independent(sym, as_Add=True)
+                undo.append((operator.sub, rest))
+            elif isinstance(expression, sympy.Mul):
+                rest, expression = expression.as_independent(sym, as_Add=False)
+                if not all(f.is_Symbol or (f.is_Integer and f != 0) for f in sympy.Mul.make_args(rest)):
+                    return None  # a factor that may be 0 at run time
+                undo.append((operator.floordiv, rest))
+            else:
+                return None
+        known = [(fn, self.expr(rest)) for fn, rest in undo]  # first: may raise, before any read
+        value = read()
+        for fn, rest in known:
+            value = self.graph.call_function(fn, (value, rest))
+        return value
+
+    def _stand_in(self, sym: sympy.Symbol) -> fx.Node | None:
+        """For a symbol the inputs give only inside a Min, Max or floor division (a diagonal of
+        an (s53, s0) matrix has size `Min(s0, s53)`, a `[..., ::2]` slice `(s53 + 1)//2`), a
+        value that leaves that expression's value unchanged: the Min's value itself, `2*m - 1`
+        for `m = (s53 + 1)//2`. Every size expression that uses `sym` only inside it keeps its
+        value; `check_stand_ins` rejects a graph that uses `sym` elsewhere. None if none does."""
+        for expression, read in self.expressions:
+            for atom in sorted(expression.atoms(sympy.Min, sympy.Max, FloorDiv), key=str):
+                inverse = _inverse(atom, sym)
+                if inverse is None or (expression.free_symbols - {sym}) & self.solving:
+                    continue
+                scale, shift = inverse
+                stand_ins = {**self.stand_ins, sym: scale * atom + shift}
+                if not all(_unchanged(known, stand_ins) for known, _ in self.expressions):
+                    continue
+                self.solving.add(sym)
+                try:
+                    value = self._inverted(expression, atom, read)
+                except LoweringError:
+                    value = None
+                finally:
+                    self.solving.discard(sym)
+                if value is not None:
+                    self.stand_ins = stand_ins
+                    if scale != 1:
+                        value = self.graph.call_function(operator.mul, (value, scale))
+                    return self.graph.call_function(operator.add, (value, shift)) if shift else value
+        return None
+
+    def check_stand_ins(self, expressions: list[Any], where: str) -> None:
+        """Raise if one of the size `expressions` computed at run time (by `where`) changes its
+        value with the stand-ins (see `_stand_in`) in place of their symbols."""
+        for expression in map(sympy.sympify, expressions):
+            if not _unchanged(expression, self.stand_ins):
+                symbols = ", ".join(sorted(str(s) for s in expression.free_symbols & self.stand_ins.keys()))
+                inside = ", ".join(sorted({str(stand_in) for stand_in in self.stand_ins.values()}))
+                raise LoweringError(f"size symbol {symbols} is not a size or stride of any graph input (known "
+                                    f"only as {inside}) and {where} needs it in {expression}")
 
     def expr(self, expr: Any) -> Any:
         """A sympy size expression as an int or as FX nodes computing it at run time."""
+        value = self._computed(expr)
+        self.check_stand_ins([expr], "the kernel graph")
+        return value
+
+    def _computed(self, expr: Any) -> Any:
         expr = sympy.sympify(expr)
         if expr.is_Integer:
             return int(expr)
@@ -225,12 +308,12 @@ class _Builder:
                sympy.Mod: operator.mod, sympy.Max: torch.sym_max, sympy.Min: torch.sym_min}
         for kind, fn in ops.items():
             if isinstance(expr, kind):
-                result = self.expr(expr.args[0])
+                result = self._computed(expr.args[0])
                 for arg in expr.args[1:]:
-                    result = self.graph.call_function(fn, (result, self.expr(arg)))
+                    result = self.graph.call_function(fn, (result, self._computed(arg)))
                 return result
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp > 0:
-            return self.graph.call_function(operator.pow, (self.expr(expr.base), int(expr.exp)))
+            return self.graph.call_function(operator.pow, (self._computed(expr.base), int(expr.exp)))
         raise LoweringError(f"cannot compute size expression {expr} at run time")
 
     def tensor(self, view: StridedView) -> fx.Node:
@@ -253,6 +336,8 @@ class _Builder:
 
     def kernel(self, kernel: Kernel) -> None:
         args = [self.buffers[i.name] for i in kernel.inputs] + [self.symbol(s) for s in kernel.symbols]
+        if self.stand_ins.keys() & set(kernel.symbols):
+            self.check_stand_ins(_kernel_expressions(kernel), f"kernel {kernel.name}")
         call = self.graph.create_node("call_function", kernel, tuple(args), name=kernel.name)
         for pos, out in enumerate(kernel.outputs):
             self.buffers[out.name] = self.graph.create_node(
@@ -286,6 +371,48 @@ class _Builder:
             self.graph.output(pytree.tree_unflatten(outs, self.lowered.output_spec))
             return
         self.graph.output(tuple(outs) if as_tuple else outs[0])
+
+
+def _inverse(atom: sympy.Expr, sym: sympy.Symbol) -> tuple[int, int] | None:
+    """(scale, shift) such that `sym = scale*atom + shift` leaves `atom` unchanged, or None:
+    (1, 0) for a Min/Max of `sym` (Min(Min(s0, s1), s1) is Min(s0, s1)), (c, -b) for `(sym + b)//c`."""
+    if sym not in atom.free_symbols:
+        return None
+    if isinstance(atom, (sympy.Min, sympy.Max)):
+        return 1, 0
+    base, divisor = atom.args
+    shift = base - sym
+    if divisor.is_Integer and divisor > 0 and shift.is_Integer:
+        return int(divisor), -int(shift)
+    return None
+
+
+def _unchanged(expression: sympy.Expr, stand_ins: dict[sympy.Symbol, sympy.Expr]) -> bool:
+    """Whether `expression` is the same with `stand_ins` in place of their symbols (a floor
+    division of a multiple of its divisor divided out: `(2*((s + 1)//2))//2` is `(s + 1)//2`)."""
+    if not expression.free_symbols & stand_ins.keys():
+        return True
+    replaced = expression.xreplace(stand_ins).replace(FloorDiv, _exact_floor_division)
+    return replaced == expression
+
+
+def _exact_floor_division(base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr:
+    coefficient, rest = base.as_coeff_Mul()
+    if divisor.is_Integer and coefficient.is_Integer and coefficient % divisor == 0 and rest.is_integer:
+        return (coefficient // divisor) * rest
+    return FloorDiv(base, divisor)
+
+
+def _kernel_expressions(kernel: Kernel) -> list[Any]:
+    """The size expressions a kernel is built from: its nodes' ranges, layouts, placements,
+    load/store indices and index values, and its buffers' layouts."""
+    found: list[Any] = []
+    for node in kernel.nodes:
+        found += [*node.ranges, *node.reduction_ranges, *node.spec.size, *node.spec.stride]
+        for placed in (node.accesses(), kernel.accesses(node)):
+            found += [access.index for access in placed.accesses] + placed.index_exprs
+        found += [e for part in kernel.placement(node) for e in part]
+    return found + [e for spec in (*kernel.inputs, *kernel.outputs) for e in (*spec.size, *spec.stride)]
 
 
 def _get_attr(gm: fx.GraphModule, target: str) -> Any:
