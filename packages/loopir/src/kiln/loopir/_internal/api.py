@@ -44,6 +44,11 @@ class LowerOptions:
         dim, then a reduction of the partials (`lower_split.py`): enough programs to keep a GPU
         busy. Partials of low-precision values stay float32. Long cumsum/cumprod/logcumsumexp over
         few rows split the same way (chunk scans, a scan of their totals, a combine: `lower_scan.py`).
+    output_views: an output eager returns as a view of a computed value or input whose strides
+        no buffer of its own can have (``expand``'s 0, a slice's gaps under dynamic shapes) is a
+        view of that value, computed in its eager layout (`output_views.py`). False stores it on
+        its own, contiguous: for graphs whose outputs leave through an `autograd.Function`
+        (training), where a view created inside it cannot be modified in place.
     """
 
     lowerings: Lowerings | None = None
@@ -52,6 +57,7 @@ class LowerOptions:
     round_low_precision: bool = False
     recompute_cheap: bool = False
     split_reductions: bool = False
+    output_views: bool = True
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -63,7 +69,7 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     """
     options = dataclasses.replace(options or LowerOptions(), **overrides)
     lowered = lower_graph(gm, options.lowerings, options.round_low_precision, options.recompute_cheap,
-                          options.split_reductions)
+                          options.split_reductions, options.output_views)
     plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
     kg = build_kernel_graph(gm, lowered, plan)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),

@@ -24,6 +24,7 @@ from . import philox
 from .body import record
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
 from .ops import RANDOM
+from .output_views import free_symbols, view_base, view_geometry
 from .registry import Lowerings, default_lowerings
 from .sizes import Expr, compute_dtype, contiguous_strides, same_exprs, to_expr, to_exprs
 from .values import Lazy, StridedView, Value
@@ -257,12 +258,13 @@ def node_location(node: fx.Node) -> str:
 
 def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
                 round_low_precision: bool = False, recompute_cheap: bool = False,
-                split_reductions: bool = False) -> LoweredGraph:
+                split_reductions: bool = False, output_views: bool = True) -> LoweredGraph:
     """Walk `gm` (functional ATen with meta["val"]) and build its loopir steps. With
     `round_low_precision`, every bfloat16/float16 result is rounded where its ATen op produces
     it, as eager does, instead of only where it is stored. With `recompute_cheap`, cheap values
     of several users stay index functions (`recomputed_on_reuse`). With `split_reductions`, long
-    reductions into few outputs run in two stages (`lower_split.py`)."""
+    reductions into few outputs run in two stages (`lower_split.py`). With `output_views`, outputs
+    eager returns as views keep eager's strides as views (`_output_view`)."""
     table = lowerings if lowerings is not None else default_lowerings()
     ctx = LoweringContext(recompute_cheap, split_reductions)
     env: dict[fx.Node, Any] = {}
@@ -279,7 +281,8 @@ def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
             if round_low_precision and isinstance(env[node], Lazy) and env[node].computed is not None:
                 env[node] = _rounded(env[node])
         elif node.op == "output":
-            outputs, output_spec = _lower_outputs(ctx, node, env)
+            known = _input_symbols(inputs) if output_views else None
+            outputs, output_spec = _lower_outputs(ctx, node, env, known)
         else:
             raise LoweringError(f"loopir lowers ATen call_function graphs; got {node.op} {node_location(node)}")
     return LoweredGraph(tuple(inputs), tuple(ctx.steps), outputs, output_spec)
@@ -454,20 +457,25 @@ def _tensor_vals(val: Any) -> list[torch.Tensor]:
     return []
 
 
-def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any]) -> tuple[tuple[Any, ...], Any]:
-    """(the output's values, flattened; their pytree spec when the output nests, else None)."""
+def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any], known: set[sympy.Symbol] | None
+                   ) -> tuple[tuple[Any, ...], Any]:
+    """(the output's values, flattened; their pytree spec when the output nests, else None).
+    Each is laid out as eager lays it out, or, for an output eager returns as a view, is a view
+    (`_output_view`) when `known` (the symbols the inputs give at run time) is given."""
     (result,) = node.args
     flat = result if isinstance(result, (tuple, list)) else (result,)
     spec = None
     if any(isinstance(item, (tuple, list)) for item in flat):  # (a, (b, c)): leaves, then rebuilt
         flat, spec = pytree.tree_flatten(result)
     outs = []
-    realized: dict[fx.Node, StridedView] = {}  # an output listed twice is computed once
+    realized: dict[fx.Node, StridedView] = {}  # an output (or viewed value) listed twice is computed once
     for item in flat:
         if not isinstance(item, fx.Node):
             outs.append(item)
             continue
-        value = env[item]
+        value = None if known is None else _output_view(ctx, item, env, realized, known)
+        if value is None:
+            value = env[item]
         if isinstance(value, Lazy):
             if item not in realized:
                 like = ctx.eager_values.get(item, item.meta.get("val"))  # eager's strides
@@ -475,3 +483,52 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any])
             value = realized[item]
         outs.append(value)
     return tuple(outs), spec
+
+
+def _output_view(ctx: LoweringContext, item: fx.Node, env: dict[fx.Node, Any],
+                 realized: dict[fx.Node, StridedView], known: set[sympy.Symbol]) -> StridedView | None:
+    """The output `item`, a view whose lowering is an index function (`Lazy`), as eager's view
+    of the value or graph input it views (its base); None where it is stored on its own: no such
+    view, a layout eager sets otherwise than the fakes say (`correct_layout`), fakes that do
+    not alias (make_fx's real tracing mode), or a base not laid out as eager's. A base not yet
+    stored is computed for the view only when no buffer of the output's own can have its
+    strides (a stride of 0, gaps under dynamic shapes, overlap)."""
+    base = view_base(item)
+    if base is None or base in ctx.eager_values or item in ctx.eager_values or not isinstance(env[item], Lazy):
+        return None
+    view_val, base_val = item.meta.get("val"), base.meta.get("val")
+    if not isinstance(view_val, torch.Tensor) or not isinstance(base_val, torch.Tensor) \
+            or view_val.dtype != base_val.dtype or not torch._C._is_alias_of(view_val, base_val):
+        return None
+    size, stride, offset = view_geometry(view_val, base_val)
+    base_size, base_stride = to_exprs(base_val.shape), to_exprs(base_val.stride())
+    if not free_symbols((*size, *stride, offset, *base_size, *base_stride)) <= known:
+        return None  # a data-dependent geometry: no input gives it at run time
+    base_value = realized.get(base, env[base])
+    if isinstance(base_value, Lazy):
+        dense = same_exprs(base_stride, contiguous_strides(base_size)) or eager_strides(base_val, base_size)
+        if not dense or _storable(view_val, size, stride):
+            return None
+        base_value = realized[base] = ctx.realize_in_memory_order(base_value, base_val)
+    if not isinstance(base_value, StridedView) \
+            or not (same_exprs(base_value.size, base_size) and same_exprs(base_value.stride, base_stride)):
+        return None
+    if base.op == "call_function" and not any(step.name == base_value.buffer for step in ctx.steps):
+        return None  # an op passing a graph input through: eager's result is not the input's memory
+    return StridedView(base_value.buffer, view_val.dtype, size, stride, base_value.offset + offset)
+
+
+def _storable(val: torch.Tensor, size: tuple[Expr, ...], stride: tuple[Expr, ...]) -> bool:
+    """Whether a buffer of its own can hold `val` with eager's strides (`_laid_out_like`)."""
+    return same_exprs(stride, contiguous_strides(size)) or eager_strides(val, size) is not None
+
+
+def _input_symbols(inputs: Sequence[GraphInput]) -> set[sympy.Symbol]:
+    """The symbols the kernel graph reads off its inputs at run time (sizes, strides, SymInts)."""
+    found: set[sympy.Symbol] = set()
+    for graph_input in inputs:
+        if graph_input.spec is not None:
+            found |= free_symbols((*graph_input.spec.size, *graph_input.spec.stride))
+        elif isinstance(graph_input.symbol, sympy.Symbol):
+            found.add(graph_input.symbol)
+    return found
