@@ -129,6 +129,7 @@ def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions,
         row_temporaries=plugin.capabilities.row_temporaries,
         round_low_precision=options.round_low_precision,
         recompute_cheap=plugin.capabilities.recompute_cheap,
+        recompute_transcendental=plugin.capabilities.recompute_transcendental,
         split_reductions=plugin.capabilities.split_reductions, output_views=output_views))
     if check:
         loopir.verify(kernel_graph)

@@ -21,10 +21,9 @@ import torch.utils._pytree as pytree
 from torch._prims_common import compute_elementwise_output_strides
 
 from . import philox
-from .body import record
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
-from .ops import RANDOM
 from .output_views import free_symbols, view_base, view_geometry
+from .recompute import recomputed_on_reuse
 from .registry import Lowerings, default_lowerings
 from .sizes import Expr, compute_dtype, contiguous_strides, same_exprs, to_expr, to_exprs
 from .values import Lazy, StridedView, Value
@@ -96,9 +95,11 @@ class LoweredGraph:
 class LoweringContext:
     """State of one lowering walk; lowering functions use it to realize values and add steps."""
 
-    def __init__(self, recompute_cheap: bool = False, split_reductions: bool = False) -> None:
+    def __init__(self, recompute_cheap: bool = False, split_reductions: bool = False,
+                 recompute_transcendental: bool = True) -> None:
         self.steps: list[Step] = []
         self.recompute_cheap = recompute_cheap  # see LowerOptions.recompute_cheap
+        self.recompute_transcendental = recompute_transcendental  # see LowerOptions.recompute_transcendental
         self.split_reductions = split_reductions  # see LowerOptions.split_reductions
         self._counter = 0
         self._seeds: dict[torch.device, StridedView] = {}
@@ -258,15 +259,17 @@ def node_location(node: fx.Node) -> str:
 
 def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
                 round_low_precision: bool = False, recompute_cheap: bool = False,
-                split_reductions: bool = False, output_views: bool = True) -> LoweredGraph:
+                split_reductions: bool = False, output_views: bool = True,
+                recompute_transcendental: bool = True) -> LoweredGraph:
     """Walk `gm` (functional ATen with meta["val"]) and build its loopir steps. With
     `round_low_precision`, every bfloat16/float16 result is rounded where its ATen op produces
     it, as eager does, instead of only where it is stored. With `recompute_cheap`, cheap values
-    of several users stay index functions (`recomputed_on_reuse`). With `split_reductions`, long
+    of several users stay index functions (`recompute.py`; arithmetic only without
+    `recompute_transcendental`). With `split_reductions`, long
     reductions into few outputs run in two stages (`lower_split.py`). With `output_views`, outputs
     eager returns as views keep eager's strides as views (`_output_view`)."""
     table = lowerings if lowerings is not None else default_lowerings()
-    ctx = LoweringContext(recompute_cheap, split_reductions)
+    ctx = LoweringContext(recompute_cheap, split_reductions, recompute_transcendental)
     env: dict[fx.Node, Any] = {}
     inputs: list[GraphInput] = []
     outputs: tuple[Any, ...] = ()
@@ -361,7 +364,8 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
     except Exception as exc:
         raise LoweringError(f"lowering failed for {node_location(node)}: {exc}") from exc
     if isinstance(result, Lazy) and len(node.users) > 1 and not (
-            ctx.recompute_cheap and _stored_by_at_most_one(node, table) and recomputed_on_reuse(result)):
+            ctx.recompute_cheap and _stored_by_at_most_one(node, table)
+            and recomputed_on_reuse(result, ctx.recompute_transcendental)):
         result = ctx.realize_in_memory_order(result, ctx.eager_values.get(node, node.meta.get("val")))
     return result
 
@@ -373,26 +377,6 @@ def _stored_by_at_most_one(node: fx.Node, table: Lowerings) -> bool:
     stored = sum(user.op == "output" or (user.target in table and table[user.target].kind == "extern")
                  for user in node.users)
     return stored <= 1
-
-
-# A value read by several users is stored once and loaded by each, unless it is this cheap: at
-# most this many loads and other ops, none of them random or indirect. Then each user computes
-# it again, which moves fewer bytes: a cast of a bfloat16 tensor to float32 read by the three
-# loops of a log-softmax was a float32 copy written once and read three times.
-_CHEAP_LOADS, _CHEAP_OPS = 3, 6
-_NEVER_RECOMPUTED = frozenset({"indirect_indexing", *RANDOM})
-
-
-def recomputed_on_reuse(value: Lazy) -> bool:
-    """Whether `value` (a lowered node with several users) stays an index function that each
-    user evaluates, instead of a buffer (see `_CHEAP_LOADS`)."""
-    try:
-        instrs = record(value.inner_fn, len(value.size)).instrs
-    except Exception:  # noqa: BLE001 - a body that does not record alone is realized, as before
-        return False
-    loads = sum(i.op == "load" for i in instrs)
-    work = sum(i.op not in ("load", "constant", "to_dtype") for i in instrs)
-    return loads <= _CHEAP_LOADS and work <= _CHEAP_OPS and not any(i.op in _NEVER_RECOMPUTED for i in instrs)
 
 
 def _rounded(value: Lazy) -> Lazy:
