@@ -3,6 +3,8 @@ user instead of stored once; anything costlier, random or indirect is still a bu
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -81,3 +83,53 @@ def test_a_cheap_value_read_by_several_externs_is_stored_once():
     assert len(kg.externs) == 3
     # the normalized value: one buffer over [8, 16] that the three matmuls read, not one per matmul
     assert sum(n.spec.size == (8, 16) for k in kg.kernels for n in k.nodes) == 1
+
+
+def _op_count(kg, op: str) -> int:
+    """How many times `op` appears in the loop bodies of `kg`'s kernels (each body runs once
+    per element of its buffer: a value recomputed by two loops counts twice)."""
+    return sum(instr.op == op for k in kg.kernels for n in k.nodes for instr in n.body.loop_body.instrs)
+
+
+def _softmax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()  # read by the sum and by the output
+    return e / e.sum(-1, keepdim=True)
+
+
+def _batch_norm_train_relu(x, weight, bias):
+    mean = x.mean((0, 2, 3), keepdim=True)
+    centred = x - mean  # read by the variance and by the output
+    var = (centred * centred).mean((0, 2, 3), keepdim=True)
+    return torch.relu(centred * torch.rsqrt(var + 1e-5) * weight + bias)
+
+
+def _lowered_with(fn, *args, transcendental: bool):
+    kg = lower(make_fx(fn)(*args), recompute_cheap=True, recompute_transcendental=transcendental,
+               row_temporaries=True)
+    verify(kg)
+    torch.testing.assert_close(kg(*args), fn(*args), atol=1e-5, rtol=1e-5)
+    return kg
+
+
+def test_arithmetic_only_recompute_keeps_a_softmax_exp_computed_once():
+    """codegen_cpp's policy (`recompute_transcendental=False`): exp is stored by one loop and
+    loaded by the other; with transcendental recompute (codegen_triton's) both loops compute it."""
+    x = torch.randn(6, 40)
+    assert _op_count(_lowered(_softmax, x, recompute_cheap=False), "exp") == 1
+    assert _op_count(_lowered_with(_softmax, x, transcendental=False), "exp") == 1
+    assert _op_count(_lowered_with(_softmax, x, transcendental=True), "exp") == 2
+
+
+def test_arithmetic_only_recompute_still_recomputes_a_batch_norm_centred_input():
+    x = torch.randn(4, 3, 5, 5).contiguous(memory_format=torch.channels_last)
+    args = (x, torch.randn(1, 3, 1, 1), torch.randn(1, 3, 1, 1))
+
+    def full_size_buffers(kg) -> int:  # channels-last values are stored in memory order: [4, 5, 5, 3]
+        return sum(math.prod(int(s) for s in n.spec.size) == x.numel() for k in kg.kernels for n in k.nodes)
+
+    stored = _lowered(_batch_norm_train_relu, *args, recompute_cheap=False)
+    arithmetic = _lowered_with(_batch_norm_train_relu, *args, transcendental=False)
+    assert full_size_buffers(stored) == 2  # x - mean, and the output
+    assert full_size_buffers(arithmetic) == 1  # the output only: x - mean is recomputed
+    # the centred value's subtraction runs in the variance's loop too, not only in its own
+    assert _op_count(arithmetic, "sub") > _op_count(stored, "sub")

@@ -26,6 +26,7 @@ from .graph_cache import TrainingParts
 from .graph_key import shape_guards
 from .lookup import Lookup
 from .options import KilnOptions
+from .output_aliases import view_mutated_inputs
 from .progress import Stages
 from .regions import RegionResults, compile_regions
 from .report import FallbackNode, GraphReport
@@ -79,6 +80,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
             dump.write("aten", lambda: aten.print_readable(print_output=False), ".py")
             if check:
                 autograd_trace.verify(aten)
+            view_mutated_inputs(aten)  # after the check: its views follow the trailing write-backs
         module, compiled = compile_aten(aten, options, codegen, dump, stages, check)
     report = _report(index, compiled, stages, location, training=training, compiled_autograd=compiled_autograd)
     added_guards = len(shape_guards(example_inputs)) - guards
@@ -121,7 +123,9 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
             dump.write(f"{label}_aten", lambda: aten.print_readable(print_output=False), ".py")
             # the forward compiles inside the joint trace's stage, so its stages nest under it
             half_stages = stages if label == "forward" else backward_stages()
-            module, results = compile_aten(aten, options, codegen, dump, half_stages, check, prefix=f"{label}_")
+            # outputs leave through an autograd.Function, where views could not be modified in place
+            module, results = compile_aten(aten, options, codegen, dump, half_stages, check, prefix=f"{label}_",
+                                           output_views=False)
             if label == "forward":
                 forward.merge(results)
                 forward_module.append(module)
@@ -137,8 +141,10 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
 
 
 def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected, dump: DebugDump,
-                 stages: Stages, check: bool, prefix: str = "") -> tuple[fx.GraphModule, RegionResults]:
-    """decomp -> partition -> loopir -> codegen on a functional ATen graph."""
+                 stages: Stages, check: bool, prefix: str = "", output_views: bool = True
+                 ) -> tuple[fx.GraphModule, RegionResults]:
+    """decomp -> partition -> loopir -> codegen on a functional ATen graph (`output_views`: see
+    `loopir.LowerOptions`)."""
     with stages.stage(f"{prefix}decomp"):
         decomposed = decompose_graph(aten, options, codegen)
         bucket_all_reduces(decomposed)  # DDP's python_reducer: one collective per bucket, not per gradient
@@ -153,7 +159,7 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
         dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
         if check:
             partition.verify(parted)
-    results = compile_regions(parted, codegen, dump, stages, check, options, prefix)
+    results = compile_regions(parted, codegen, dump, stages, check, options, prefix, output_views)
     results.fallbacks += _outside_nodes(parted, codegen, options, dtypes, lowered_ops)
     results.collectives += tuple(str(n.target) for n in parted.graph.nodes if partition.is_collective(n))
     return inline_regions(parted), results

@@ -63,8 +63,9 @@ def _regions(parted: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
 
 
 def compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: DebugDump, stages: Stages,
-                    check: bool, options: KilnOptions, prefix: str = "") -> RegionResults:
-    """Replace each region submodule of `parted` by its compiled module (see the module docstring)."""
+                    check: bool, options: KilnOptions, prefix: str = "", output_views: bool = True) -> RegionResults:
+    """Replace each region submodule of `parted` by its compiled module (see the module docstring).
+    `output_views`: `loopir.LowerOptions.output_views` (False for the halves of a training graph)."""
     results = RegionResults()
     plugin = codegen.codegen
     errors = (loopir.LoweringError, NotImplementedError, *plugin.errors)
@@ -72,7 +73,7 @@ def compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: De
     for name, region in _regions(parted):
         try:
             with stages.stage(f"{prefix}loopir:{name}"):
-                kernel_graph = _lower(canonical_copy(region), plugin, options, check)
+                kernel_graph = _lower(canonical_copy(region), plugin, options, check, output_views)
                 dump.write(f"{prefix}{name}_kernel_graph", kernel_graph.__str__)
         except errors as exc:
             _region_fails(results, name, region, exc, options)
@@ -121,13 +122,15 @@ def canonical_copy(region: fx.GraphModule) -> fx.GraphModule:
     return canonical
 
 
-def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions, check: bool) -> loopir.KernelGraph:
+def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions, check: bool,
+           output_views: bool) -> loopir.KernelGraph:
     kernel_graph = loopir.lower(region, loopir.LowerOptions(
         options.lowerings, fuse_rows=plugin.capabilities.row_fusion,
         row_temporaries=plugin.capabilities.row_temporaries,
         round_low_precision=options.round_low_precision,
         recompute_cheap=plugin.capabilities.recompute_cheap,
-        split_reductions=plugin.capabilities.split_reductions))
+        recompute_transcendental=plugin.capabilities.recompute_transcendental,
+        split_reductions=plugin.capabilities.split_reductions, output_views=output_views))
     if check:
         loopir.verify(kernel_graph)
     return kernel_graph

@@ -29,6 +29,9 @@ def options_from(settings: Mapping[str, Any]) -> CppOptions:
 
 CODEGEN = Codegen(
     name="cpu", devices=("cpu",), compile=compile, make_options=options_from,
-    # rows in a per-thread scratch row; bfloat16/float16 stored as 16 bits, computed in float
-    capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True),
+    # rows in a per-thread scratch row; bfloat16/float16 stored as 16 bits, computed in float;
+    # cheap arithmetic read by several loops is recomputed by each (a batch norm's centred input),
+    # costly math (a softmax's exp) is stored once: a CPU's vector exp costs more than its load
+    capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True, recompute_cheap=True,
+                              recompute_transcendental=False),
     errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp")

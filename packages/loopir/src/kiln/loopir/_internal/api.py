@@ -36,14 +36,23 @@ class LowerOptions:
         for results bit-closer to eager's; reductions accumulate in float32 either way.
     recompute_cheap: a value read by several users is computed again by each user when its
         body is cheap (a couple of loads and a few ops, nothing random or indirect), instead of
-        stored once (`lower.recomputed_on_reuse`): fewer bytes move, more math runs; for
+        stored once (`recompute.py`): fewer bytes move, more math runs; for
         memory-bound targets (codegen_triton: a bfloat16 -> float32 cast read by a log
         softmax's three loops was a float32 copy written once and read three times).
+    recompute_transcendental: with `recompute_cheap`, values with costly math (exp, log, tanh,
+        sqrt, pow, ...) are recomputed too; False recomputes arithmetic only
+        (`recompute.ARITHMETIC`): a softmax's exp is computed once and stored, a batch norm's
+        centred input is recomputed (codegen_cpp).
     split_reductions: a long sum/prod/max/min into few outputs (a sum over dim 0, a bias
         gradient, a whole-tensor sum) runs as partial reductions over chunks of its first reduced
         dim, then a reduction of the partials (`lower_split.py`): enough programs to keep a GPU
         busy. Partials of low-precision values stay float32. Long cumsum/cumprod/logcumsumexp over
         few rows split the same way (chunk scans, a scan of their totals, a combine: `lower_scan.py`).
+    output_views: an output eager returns as a view of a computed value or input whose strides
+        no buffer of its own can have (``expand``'s 0, a slice's gaps under dynamic shapes) is a
+        view of that value, computed in its eager layout (`output_views.py`). False stores it on
+        its own, contiguous: for graphs whose outputs leave through an `autograd.Function`
+        (training), where a view created inside it cannot be modified in place.
     """
 
     lowerings: Lowerings | None = None
@@ -52,6 +61,8 @@ class LowerOptions:
     round_low_precision: bool = False
     recompute_cheap: bool = False
     split_reductions: bool = False
+    output_views: bool = True
+    recompute_transcendental: bool = True
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -63,7 +74,7 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     """
     options = dataclasses.replace(options or LowerOptions(), **overrides)
     lowered = lower_graph(gm, options.lowerings, options.round_low_precision, options.recompute_cheap,
-                          options.split_reductions)
+                          options.split_reductions, options.output_views, options.recompute_transcendental)
     plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
     kg = build_kernel_graph(gm, lowered, plan)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),

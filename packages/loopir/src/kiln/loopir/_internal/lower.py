@@ -21,9 +21,9 @@ import torch.utils._pytree as pytree
 from torch._prims_common import compute_elementwise_output_strides
 
 from . import philox
-from .body import record
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
-from .ops import RANDOM
+from .output_views import free_symbols, view_base, view_geometry
+from .recompute import recomputed_on_reuse
 from .registry import Lowerings, default_lowerings
 from .sizes import Expr, compute_dtype, contiguous_strides, same_exprs, to_expr, to_exprs
 from .values import Lazy, StridedView, Value
@@ -95,9 +95,11 @@ class LoweredGraph:
 class LoweringContext:
     """State of one lowering walk; lowering functions use it to realize values and add steps."""
 
-    def __init__(self, recompute_cheap: bool = False, split_reductions: bool = False) -> None:
+    def __init__(self, recompute_cheap: bool = False, split_reductions: bool = False,
+                 recompute_transcendental: bool = True) -> None:
         self.steps: list[Step] = []
         self.recompute_cheap = recompute_cheap  # see LowerOptions.recompute_cheap
+        self.recompute_transcendental = recompute_transcendental  # see LowerOptions.recompute_transcendental
         self.split_reductions = split_reductions  # see LowerOptions.split_reductions
         self._counter = 0
         self._seeds: dict[torch.device, StridedView] = {}
@@ -257,14 +259,17 @@ def node_location(node: fx.Node) -> str:
 
 def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
                 round_low_precision: bool = False, recompute_cheap: bool = False,
-                split_reductions: bool = False) -> LoweredGraph:
+                split_reductions: bool = False, output_views: bool = True,
+                recompute_transcendental: bool = True) -> LoweredGraph:
     """Walk `gm` (functional ATen with meta["val"]) and build its loopir steps. With
     `round_low_precision`, every bfloat16/float16 result is rounded where its ATen op produces
     it, as eager does, instead of only where it is stored. With `recompute_cheap`, cheap values
-    of several users stay index functions (`recomputed_on_reuse`). With `split_reductions`, long
-    reductions into few outputs run in two stages (`lower_split.py`)."""
+    of several users stay index functions (`recompute.py`; arithmetic only without
+    `recompute_transcendental`). With `split_reductions`, long
+    reductions into few outputs run in two stages (`lower_split.py`). With `output_views`, outputs
+    eager returns as views keep eager's strides as views (`_output_view`)."""
     table = lowerings if lowerings is not None else default_lowerings()
-    ctx = LoweringContext(recompute_cheap, split_reductions)
+    ctx = LoweringContext(recompute_cheap, split_reductions, recompute_transcendental)
     env: dict[fx.Node, Any] = {}
     inputs: list[GraphInput] = []
     outputs: tuple[Any, ...] = ()
@@ -279,7 +284,8 @@ def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
             if round_low_precision and isinstance(env[node], Lazy) and env[node].computed is not None:
                 env[node] = _rounded(env[node])
         elif node.op == "output":
-            outputs, output_spec = _lower_outputs(ctx, node, env)
+            known = _input_symbols(inputs) if output_views else None
+            outputs, output_spec = _lower_outputs(ctx, node, env, known)
         else:
             raise LoweringError(f"loopir lowers ATen call_function graphs; got {node.op} {node_location(node)}")
     return LoweredGraph(tuple(inputs), tuple(ctx.steps), outputs, output_spec)
@@ -358,7 +364,8 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
     except Exception as exc:
         raise LoweringError(f"lowering failed for {node_location(node)}: {exc}") from exc
     if isinstance(result, Lazy) and len(node.users) > 1 and not (
-            ctx.recompute_cheap and _stored_by_at_most_one(node, table) and recomputed_on_reuse(result)):
+            ctx.recompute_cheap and _stored_by_at_most_one(node, table)
+            and recomputed_on_reuse(result, ctx.recompute_transcendental)):
         result = ctx.realize_in_memory_order(result, ctx.eager_values.get(node, node.meta.get("val")))
     return result
 
@@ -370,26 +377,6 @@ def _stored_by_at_most_one(node: fx.Node, table: Lowerings) -> bool:
     stored = sum(user.op == "output" or (user.target in table and table[user.target].kind == "extern")
                  for user in node.users)
     return stored <= 1
-
-
-# A value read by several users is stored once and loaded by each, unless it is this cheap: at
-# most this many loads and other ops, none of them random or indirect. Then each user computes
-# it again, which moves fewer bytes: a cast of a bfloat16 tensor to float32 read by the three
-# loops of a log-softmax was a float32 copy written once and read three times.
-_CHEAP_LOADS, _CHEAP_OPS = 3, 6
-_NEVER_RECOMPUTED = frozenset({"indirect_indexing", *RANDOM})
-
-
-def recomputed_on_reuse(value: Lazy) -> bool:
-    """Whether `value` (a lowered node with several users) stays an index function that each
-    user evaluates, instead of a buffer (see `_CHEAP_LOADS`)."""
-    try:
-        instrs = record(value.inner_fn, len(value.size)).instrs
-    except Exception:  # noqa: BLE001 - a body that does not record alone is realized, as before
-        return False
-    loads = sum(i.op == "load" for i in instrs)
-    work = sum(i.op not in ("load", "constant", "to_dtype") for i in instrs)
-    return loads <= _CHEAP_LOADS and work <= _CHEAP_OPS and not any(i.op in _NEVER_RECOMPUTED for i in instrs)
 
 
 def _rounded(value: Lazy) -> Lazy:
@@ -454,20 +441,25 @@ def _tensor_vals(val: Any) -> list[torch.Tensor]:
     return []
 
 
-def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any]) -> tuple[tuple[Any, ...], Any]:
-    """(the output's values, flattened; their pytree spec when the output nests, else None)."""
+def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any], known: set[sympy.Symbol] | None
+                   ) -> tuple[tuple[Any, ...], Any]:
+    """(the output's values, flattened; their pytree spec when the output nests, else None).
+    Each is laid out as eager lays it out, or, for an output eager returns as a view, is a view
+    (`_output_view`) when `known` (the symbols the inputs give at run time) is given."""
     (result,) = node.args
     flat = result if isinstance(result, (tuple, list)) else (result,)
     spec = None
     if any(isinstance(item, (tuple, list)) for item in flat):  # (a, (b, c)): leaves, then rebuilt
         flat, spec = pytree.tree_flatten(result)
     outs = []
-    realized: dict[fx.Node, StridedView] = {}  # an output listed twice is computed once
+    realized: dict[fx.Node, StridedView] = {}  # an output (or viewed value) listed twice is computed once
     for item in flat:
         if not isinstance(item, fx.Node):
             outs.append(item)
             continue
-        value = env[item]
+        value = None if known is None else _output_view(ctx, item, env, realized, known)
+        if value is None:
+            value = env[item]
         if isinstance(value, Lazy):
             if item not in realized:
                 like = ctx.eager_values.get(item, item.meta.get("val"))  # eager's strides
@@ -475,3 +467,52 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any])
             value = realized[item]
         outs.append(value)
     return tuple(outs), spec
+
+
+def _output_view(ctx: LoweringContext, item: fx.Node, env: dict[fx.Node, Any],
+                 realized: dict[fx.Node, StridedView], known: set[sympy.Symbol]) -> StridedView | None:
+    """The output `item`, a view whose lowering is an index function (`Lazy`), as eager's view
+    of the value or graph input it views (its base); None where it is stored on its own: no such
+    view, a layout eager sets otherwise than the fakes say (`correct_layout`), fakes that do
+    not alias (make_fx's real tracing mode), or a base not laid out as eager's. A base not yet
+    stored is computed for the view only when no buffer of the output's own can have its
+    strides (a stride of 0, gaps under dynamic shapes, overlap)."""
+    base = view_base(item)
+    if base is None or base in ctx.eager_values or item in ctx.eager_values or not isinstance(env[item], Lazy):
+        return None
+    view_val, base_val = item.meta.get("val"), base.meta.get("val")
+    if not isinstance(view_val, torch.Tensor) or not isinstance(base_val, torch.Tensor) \
+            or view_val.dtype != base_val.dtype or not torch._C._is_alias_of(view_val, base_val):
+        return None
+    size, stride, offset = view_geometry(view_val, base_val)
+    base_size, base_stride = to_exprs(base_val.shape), to_exprs(base_val.stride())
+    if not free_symbols((*size, *stride, offset, *base_size, *base_stride)) <= known:
+        return None  # a data-dependent geometry: no input gives it at run time
+    base_value = realized.get(base, env[base])
+    if isinstance(base_value, Lazy):
+        dense = same_exprs(base_stride, contiguous_strides(base_size)) or eager_strides(base_val, base_size)
+        if not dense or _storable(view_val, size, stride):
+            return None
+        base_value = realized[base] = ctx.realize_in_memory_order(base_value, base_val)
+    if not isinstance(base_value, StridedView) \
+            or not (same_exprs(base_value.size, base_size) and same_exprs(base_value.stride, base_stride)):
+        return None
+    if base.op == "call_function" and not any(step.name == base_value.buffer for step in ctx.steps):
+        return None  # an op passing a graph input through: eager's result is not the input's memory
+    return StridedView(base_value.buffer, view_val.dtype, size, stride, base_value.offset + offset)
+
+
+def _storable(val: torch.Tensor, size: tuple[Expr, ...], stride: tuple[Expr, ...]) -> bool:
+    """Whether a buffer of its own can hold `val` with eager's strides (`_laid_out_like`)."""
+    return same_exprs(stride, contiguous_strides(size)) or eager_strides(val, size) is not None
+
+
+def _input_symbols(inputs: Sequence[GraphInput]) -> set[sympy.Symbol]:
+    """The symbols the kernel graph reads off its inputs at run time (sizes, strides, SymInts)."""
+    found: set[sympy.Symbol] = set()
+    for graph_input in inputs:
+        if graph_input.spec is not None:
+            found |= free_symbols((*graph_input.spec.size, *graph_input.spec.stride))
+        elif isinstance(graph_input.symbol, sympy.Symbol):
+            found.add(graph_input.symbol)
+    return found

@@ -33,6 +33,8 @@ class Capabilities:
         backend's default for `KilnOptions.bias_epilogues`).
     recompute_cheap: cheap values read by several users are computed again by each rather than
         stored (`LowerOptions.recompute_cheap`): for memory-bound targets.
+    recompute_transcendental: with `recompute_cheap`, values with costly math (exp, ...) are
+        recomputed too (`LowerOptions.recompute_transcendental`); False for compute-bound targets.
     split_reductions: long reductions into few outputs run in two stages
         (`LowerOptions.split_reductions`): for targets that need many programs in flight (GPUs).
     """
@@ -43,6 +45,7 @@ class Capabilities:
     bias_epilogues: bool = False
     recompute_cheap: bool = False
     split_reductions: bool = False
+    recompute_transcendental: bool = True
 
 
 def _no_options(settings: Mapping[str, Any]) -> None:

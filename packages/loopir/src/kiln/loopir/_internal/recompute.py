@@ -1,0 +1,49 @@
+"""Which values read by several users are recomputed by each user instead of stored once
+(`LowerOptions.recompute_cheap`, `LowerOptions.recompute_transcendental`).
+
+A value read by several users is stored once and loaded by each, unless it is cheap: at most
+`CHEAP_LOADS` loads and `CHEAP_OPS` other ops, none of them random or indirect. Then each user
+computes it again, which moves fewer bytes: a cast of a bfloat16 tensor to float32 read by the
+three loops of a log-softmax was a float32 copy written once and read three times.
+
+Without `recompute_transcendental` only arithmetic is recomputed (`ARITHMETIC`: adds, products,
+divisions, comparisons, selects, casts): a compute-bound target (C++ on a CPU, where a vector
+exp costs tens of cycles) keeps a softmax's ``exp`` a buffer computed once, while a batch norm's
+centred input ``x - sum / n``, read by the variance and by the output, is recomputed and never
+stored.
+"""
+
+from __future__ import annotations
+
+from .body import record
+from .ops import RANDOM
+from .values import Lazy
+
+CHEAP_LOADS, CHEAP_OPS = 3, 6
+NEVER_RECOMPUTED = frozenset({"indirect_indexing", *RANDOM})
+# Ops of a few cycles per element on any target (a division is slower than a product, but a mean's
+# `sum / n` sits in most centred values). Everything else (exp, log, tanh, sqrt, rsqrt, pow,
+# special functions, and any op added to the protocol later) counts as costly.
+ARITHMETIC = frozenset({
+    "load", "constant", "index_expr", "to_dtype", "identity", "where",
+    "add", "sub", "mul", "truediv", "reciprocal", "neg", "abs", "relu",
+    "maximum", "minimum", "fmax", "fmin", "copysign",
+    "sign", "signbit", "isnan", "isinf", "ceil", "floor", "trunc", "round",
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "logical_xor",
+    "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
+})
+
+
+def recomputed_on_reuse(value: Lazy, transcendental: bool = True) -> bool:
+    """Whether `value` (a lowered node with several users) stays an index function that each
+    user evaluates, instead of a buffer (module docstring); with `transcendental` False, only
+    when every op of its body is `ARITHMETIC`."""
+    try:
+        instrs = record(value.inner_fn, len(value.size)).instrs
+    except Exception:  # noqa: BLE001 - a body that does not record alone is realized, as before
+        return False
+    loads = sum(i.op == "load" for i in instrs)
+    work = sum(i.op not in ("load", "constant", "to_dtype") for i in instrs)
+    if loads > CHEAP_LOADS or work > CHEAP_OPS or any(i.op in NEVER_RECOMPUTED for i in instrs):
+        return False
+    return transcendental or all(i.op in ARITHMETIC for i in instrs)
