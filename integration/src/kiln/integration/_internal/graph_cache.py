@@ -3,7 +3,8 @@ tracing, decomposing, lowering and generating code again.
 
 An entry, ``<root>/graphs/<key>.pkl``, holds what rebuilds the runnable module: the compiled
 graph's nodes (op, name, target, arguments; ATen ops by qualified name, compiled kernels as
-objects that re-open their checked shared library when unpickled), the tensors it reads as
+objects that pickle themselves: codegen_cpp's re-open their checked shared library,
+codegen_triton's hold their generated source and rebuild from it), the tensors it reads as
 attributes (those that are attributes of the Dynamo graph by reference, taken from the new one),
 and the graph's `GraphReport`. A training graph's entry holds its compiled forward and backward,
 the backward ATen graph and autograd_trace's `RuntimePlan` instead (`TrainingParts`; written
@@ -336,19 +337,17 @@ def _remove_entry(path: pathlib.Path) -> None:
         file.unlink(missing_ok=True)
 
 
-def open_cache(gm: fx.GraphModule, example_inputs: Any, options: KilnOptions, codegen: codegens.Selected,
-               device: str) -> tuple[GraphCache, GraphKey] | None:
+def open_cache(gm: fx.GraphModule, example_inputs: Any, options: KilnOptions, codegen: codegens.Selected
+               ) -> tuple[GraphCache, GraphKey] | None:
     """The cache and key for compiling `gm`, or None (saying why at debug level) when the
-    graph is not cached: the cache is off, a debug mode is on, a graph for another device than
-    the CPU (the Triton path keeps only its own kernel cache), or a key that would not be the
-    same in another process."""
+    graph is not cached: the cache is off, a debug mode is on, or a key that would not be the
+    same in another process. (A graph whose compiled kernels do not pickle is left out when it
+    is stored.)"""
     reason = None
     if not options.graph_cache:
         reason = "off (graph_cache=False / KILN_GRAPH_CACHE=0)"
     elif options.debug_dir is not None or options.verify or options.verify_calls:
         reason = "not used with debug_dir, verify or verify_calls (every stage must run)"
-    elif device != "cpu" or "cpu" not in codegen.codegen.devices:
-        reason = f"only CPU graphs are cached (this one is for {device} by the {codegen.codegen.name} codegen)"
     if reason is None:
         try:
             key = graph_key(gm, example_inputs, options, codegen)
