@@ -10,6 +10,7 @@ same function on the same inputs, so their Dynamo graphs and keys are equal. COD
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -17,8 +18,6 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from kiln.codegen_cpp._internal.runtime import CompiledKernel
-from kiln.codegen_triton._internal.runtime import TritonKernel
 from kiln.integration import GraphReport, KilnOptions
 from kiln.integration._internal.backend import _compile
 
@@ -43,8 +42,15 @@ ON_GPU = os.environ.get("KILN_INTEGRATION_TEST_DEVICE", "").startswith("cuda")  
 # (nox -s tests sets it), or on a GPU, where it compiles for real.
 NEEDS_TRITON = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not ON_GPU,
                                   reason="needs TRITON_INTERPRET=1 from process start (nox -s tests sets it) or a GPU")
-KERNEL_TYPES = {"cpu": CompiledKernel, "cuda": TritonKernel}  # what each codegen's kernel nodes call
+# Each codegen's package and the type its kernel nodes call (imported when used: a warm process
+# must import only what it runs).
+CODEGEN_PACKAGES = {"cpu": ("kiln.codegen_cpp", "CompiledKernel"), "cuda": ("kiln.codegen_triton", "TritonKernel")}
 PIPELINE = "kiln.integration._internal.pipeline"  # imported on a cache miss only: traces, lowers, generates code
+
+
+def kernel_type(codegen: str) -> type:
+    package, name = CODEGEN_PACKAGES[codegen]
+    return getattr(importlib.import_module(f"{package}._internal.runtime"), name)
 
 
 def _recording_backend(cache_dir: str, reports: list[GraphReport], codegen: str):
@@ -55,7 +61,7 @@ def _recording_backend(cache_dir: str, reports: list[GraphReport], codegen: str)
 
 def _kernel_calls(module: torch.nn.Module, codegen: str) -> int:
     """How many compiled kernels the graph module calls."""
-    return sum(1 for n in module.graph.nodes if n.op == "call_function" and type(n.target) is KERNEL_TYPES[codegen])
+    return sum(1 for n in module.graph.nodes if n.op == "call_function" and type(n.target) is kernel_type(codegen))
 
 
 def run(cache_dir: str, codegen: str = "cpu") -> dict:
@@ -94,7 +100,7 @@ def run_training(cache_dir: str, codegen: str = "cpu") -> dict:
     torch._dynamo.reset()
     compiled = torch.compile(lambda x: model(x).square().mean(), backend=_recording_backend(cache_dir, reports, codegen))
     x = _randn(torch.Generator().manual_seed(1), 8, 16)
-    with _counting_kernel_runs(KERNEL_TYPES[codegen]) as runs:
+    with _counting_kernel_runs(kernel_type(codegen)) as runs:
         result = training_step(model, compiled, x)
     return {**result, "reports": reports, "kernel_runs": runs[0]}
 
@@ -126,9 +132,9 @@ if __name__ == "__main__":
     if ON_GPU:  # as conftest.py does
         torch.set_default_device(os.environ["KILN_INTEGRATION_TEST_DEVICE"])
     modes = sys.argv[3:]
-    codegen = next((m for m in modes if m in KERNEL_TYPES), "cpu")
+    codegen = next((m for m in modes if m in CODEGEN_PACKAGES), "cpu")
     result = run_training(sys.argv[1], codegen) if "training" in modes else run(sys.argv[1], codegen)
     result["reports"] = [(r.cached, r.kernels, r.backward, tuple(s for s, _ in r.stage_seconds))
                          for r in result["reports"]]
-    result["pipeline_imported"] = PIPELINE in sys.modules
+    result["imported"] = {name: name in sys.modules for name in (PIPELINE, *(p for p, _ in CODEGEN_PACKAGES.values()))}
     torch.save(result, sys.argv[2])

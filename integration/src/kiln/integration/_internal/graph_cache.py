@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
 from kiln.loopir.codegen import ArtifactCache, ArtifactCacheError, default_cache_root
 
@@ -71,10 +72,17 @@ def _op_by_name(qualified: str, overload: str | None) -> Any:
     return packet if overload is None else getattr(packet, overload)
 
 
+def _leaf_spec() -> pytree.TreeSpec:
+    """pytree's leaf spec, made without the FutureWarning that unpickling a `LeafSpec` (deprecated
+    in torch 2.13, which has `treespec_leaf`) prints in every process loading a training entry."""
+    make = getattr(pytree, "treespec_leaf", None)
+    return make() if make is not None else pytree.LeafSpec()
+
+
 class _Pickler(pickle.Pickler):
-    """Pickles ATen operators by name (they do not pickle themselves), and paths inside the
-    cache's root (kernel libraries) relative to it, so a cache copied elsewhere (`save_cache`,
-    `load_cache`) still finds its artifacts."""
+    """Pickles ATen operators by name (they do not pickle themselves), pytree leaf specs as
+    `_leaf_spec()`, and paths inside the cache's root (kernel libraries) relative to it, so a
+    cache copied elsewhere (`save_cache`, `load_cache`) still finds its artifacts."""
 
     def __init__(self, file: io.BytesIO, root: pathlib.Path) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -85,6 +93,8 @@ class _Pickler(pickle.Pickler):
             return _op_by_name, (obj._schema.name, obj._overloadname)
         if isinstance(obj, torch._ops.OpOverloadPacket):
             return _op_by_name, (obj._qualified_op_name, None)
+        if isinstance(obj, pytree.TreeSpec) and obj.is_leaf():
+            return _leaf_spec, ()
         return NotImplemented
 
     def persistent_id(self, obj: Any) -> Any:
