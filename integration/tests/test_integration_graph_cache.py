@@ -27,14 +27,32 @@ def _entries(cache_dir) -> list:
     return sorted((cache_root(KilnOptions(cache_dir=cache_dir))).glob("*.pkl"))
 
 
-def test_a_fresh_process_loads_the_compiled_graph(tmp_path):
-    cold = graph_cache_runs.run(str(tmp_path))
+CODEGENS = [pytest.param("cpu", marks=pytest.mark.skipif(graph_cache_runs.ON_GPU, reason="codegen_cpp compiles "
+                                                         "CPU graphs")),
+            pytest.param("cuda", marks=graph_cache_runs.NEEDS_TRITON)]
+
+
+def _nothing_compiled(warm: dict, stages) -> bool:
+    """The warm process traced, lowered and generated nothing: no such stage ran and the compile
+    pipeline (imported on a miss only) was never imported."""
+    return not warm["imported"][graph_cache_runs.PIPELINE] and not any(
+        s.endswith(("decomp", "autograd_trace", "lower")) or "codegen" in s for s in stages)
+
+
+def _imported_codegens(warm: dict) -> list[str]:
+    """The codegen packages the warm process imported: only the one it runs kernels of."""
+    return [codegen for codegen, (package, _) in graph_cache_runs.CODEGEN_PACKAGES.items() if warm["imported"][package]]
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_a_fresh_process_loads_the_compiled_graph(tmp_path, codegen):
+    cold = graph_cache_runs.run(str(tmp_path), codegen)
     assert [(r.cached, r.kernels > 0) for r in cold["reports"]] == [(False, True)]
     assert cold["kernel_calls"] > 0 and len(_entries(tmp_path)) == 1
-    warm = _in_a_fresh_process(tmp_path)
+    warm = _in_a_fresh_process(tmp_path, codegen)
     ((cached, kernels, _, stages),) = warm["reports"]
-    assert cached and kernels == cold["reports"][0].kernels
-    assert not any(s.endswith(("decomp", "autograd_trace")) or "codegen" in s for s in stages)  # nothing retraced
+    assert cached and kernels == cold["reports"][0].kernels and _nothing_compiled(warm, stages)
+    assert _imported_codegens(warm) == [codegen]
     assert warm["kernel_calls"] == cold["kernel_calls"]  # generated kernels run (fallback=False)
     for got, expected in zip(warm["outputs"], graph_cache_runs.workload(*graph_cache_runs.inputs())):
         torch.testing.assert_close(got, expected)
@@ -48,18 +66,19 @@ def _in_a_fresh_process(cache_dir, *mode: str) -> dict:
     done = subprocess.run([sys.executable, script, str(cache_dir), str(out), *mode], capture_output=True, text=True,
                           env=dict(os.environ, KILN_GRAPH_CACHE="0"))  # the option, not the environment, decides
     assert done.returncode == 0, done.stderr[-3000:]
-    return torch.load(out, weights_only=False)
+    return {**torch.load(out, weights_only=False), "stderr": done.stderr}
 
 
-def test_a_training_graph_is_loaded_by_a_fresh_process(tmp_path):
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_a_training_graph_is_loaded_by_a_fresh_process(tmp_path, codegen):
     """Forward and backward come from the cache: nothing traced, the gradients are eager's."""
-    cold = graph_cache_runs.run_training(str(tmp_path))
+    cold = graph_cache_runs.run_training(str(tmp_path), codegen)
     assert [(r.cached, r.backward) for r in cold["reports"]] == [(False, False), (False, True)]
     assert all(r.kernels > 0 for r in cold["reports"]) and len(_entries(tmp_path)) == 1
-    warm = _in_a_fresh_process(tmp_path, "training")
+    warm = _in_a_fresh_process(tmp_path, "training", codegen)
     assert [report[:3] for report in warm["reports"]] == [(True, r.kernels, r.backward) for r in cold["reports"]]
-    forward_stages = warm["reports"][0][3]
-    assert not any(s.endswith(("decomp", "autograd_trace")) or "codegen" in s for s in forward_stages)
+    assert _nothing_compiled(warm, warm["reports"][0][3]) and _imported_codegens(warm) == [codegen]
+    assert "Warning" not in warm["stderr"], warm["stderr"]  # e.g. torch 2.13's on unpickling a LeafSpec
     assert warm["kernel_runs"] == cold["kernel_runs"] > 0  # generated kernels run (fallback=False)
     eager = graph_cache_runs.eager_training()
     torch.testing.assert_close(warm["loss"], eager["loss"])

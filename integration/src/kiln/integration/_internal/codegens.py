@@ -1,6 +1,6 @@
 """Choosing a codegen for a graph: the one `KilnOptions.codegen` names, else the one serving the
 graph's device, from the registry (`codegen_registry.py`), with its options built from the
-backend's.
+backend's. A graph for the device a codegen is named after loads only that codegen.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def select(device: str, options: KilnOptions) -> Selected:
             raise ValueError(f"no kiln codegen named {options.codegen!r}; registered under "
                              f"{codegen_registry.ENTRY_POINT_GROUP!r}: {', '.join(sorted(codegens))}")
         codegen.check_device(device)
+    elif device in codegens and device in codegens[device].devices:  # first choice: loads no other codegen
+        codegen = codegens[device]
     else:
         serving = sorted((name != device, name) for name, c in codegens.items() if device in c.devices)
         if not serving:

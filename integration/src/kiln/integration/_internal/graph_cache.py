@@ -3,7 +3,8 @@ tracing, decomposing, lowering and generating code again.
 
 An entry, ``<root>/graphs/<key>.pkl``, holds what rebuilds the runnable module: the compiled
 graph's nodes (op, name, target, arguments; ATen ops by qualified name, compiled kernels as
-objects that re-open their checked shared library when unpickled), the tensors it reads as
+objects that pickle themselves: codegen_cpp's re-open their checked shared library,
+codegen_triton's hold their generated source and rebuild from it), the tensors it reads as
 attributes (those that are attributes of the Dynamo graph by reference, taken from the new one),
 and the graph's `GraphReport`. A training graph's entry holds its compiled forward and backward,
 the backward ATen graph and autograd_trace's `RuntimePlan` instead (`TrainingParts`; written
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
 from kiln.loopir.codegen import ArtifactCache, ArtifactCacheError, default_cache_root
 
@@ -70,10 +72,17 @@ def _op_by_name(qualified: str, overload: str | None) -> Any:
     return packet if overload is None else getattr(packet, overload)
 
 
+def _leaf_spec() -> pytree.TreeSpec:
+    """pytree's leaf spec, made without the FutureWarning that unpickling a `LeafSpec` (deprecated
+    in torch 2.13, which has `treespec_leaf`) prints in every process loading a training entry."""
+    make = getattr(pytree, "treespec_leaf", None)
+    return make() if make is not None else pytree.LeafSpec()
+
+
 class _Pickler(pickle.Pickler):
-    """Pickles ATen operators by name (they do not pickle themselves), and paths inside the
-    cache's root (kernel libraries) relative to it, so a cache copied elsewhere (`save_cache`,
-    `load_cache`) still finds its artifacts."""
+    """Pickles ATen operators by name (they do not pickle themselves), pytree leaf specs as
+    `_leaf_spec()`, and paths inside the cache's root (kernel libraries) relative to it, so a
+    cache copied elsewhere (`save_cache`, `load_cache`) still finds its artifacts."""
 
     def __init__(self, file: io.BytesIO, root: pathlib.Path) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -84,6 +93,8 @@ class _Pickler(pickle.Pickler):
             return _op_by_name, (obj._schema.name, obj._overloadname)
         if isinstance(obj, torch._ops.OpOverloadPacket):
             return _op_by_name, (obj._qualified_op_name, None)
+        if isinstance(obj, pytree.TreeSpec) and obj.is_leaf():
+            return _leaf_spec, ()
         return NotImplemented
 
     def persistent_id(self, obj: Any) -> Any:
@@ -336,19 +347,17 @@ def _remove_entry(path: pathlib.Path) -> None:
         file.unlink(missing_ok=True)
 
 
-def open_cache(gm: fx.GraphModule, example_inputs: Any, options: KilnOptions, codegen: codegens.Selected,
-               device: str) -> tuple[GraphCache, GraphKey] | None:
+def open_cache(gm: fx.GraphModule, example_inputs: Any, options: KilnOptions, codegen: codegens.Selected
+               ) -> tuple[GraphCache, GraphKey] | None:
     """The cache and key for compiling `gm`, or None (saying why at debug level) when the
-    graph is not cached: the cache is off, a debug mode is on, a graph for another device than
-    the CPU (the Triton path keeps only its own kernel cache), or a key that would not be the
-    same in another process."""
+    graph is not cached: the cache is off, a debug mode is on, or a key that would not be the
+    same in another process. (A graph whose compiled kernels do not pickle is left out when it
+    is stored.)"""
     reason = None
     if not options.graph_cache:
         reason = "off (graph_cache=False / KILN_GRAPH_CACHE=0)"
     elif options.debug_dir is not None or options.verify or options.verify_calls:
         reason = "not used with debug_dir, verify or verify_calls (every stage must run)"
-    elif device != "cpu" or "cpu" not in codegen.codegen.devices:
-        reason = f"only CPU graphs are cached (this one is for {device} by the {codegen.codegen.name} codegen)"
     if reason is None:
         try:
             key = graph_key(gm, example_inputs, options, codegen)

@@ -7,8 +7,9 @@ Five parts, each hashed on its own so a miss can say which one changed (logged a
            device, layout, requires_grad, and which inputs share storage;
   state    grad mode, deterministic mode, the default dtype, and the shape environment's guards;
   options  the backend's options that change what is generated, the codegen and its options;
-  versions torch, Python, a hash of kiln's own source files (so editing kiln invalidates its
-           cache), the machine and CPU, and the codegen's compiler when it names one.
+  versions torch, Triton (when installed), Python, a hash of kiln's own source files (so editing
+           kiln invalidates its cache), the machine and CPU, and the codegen's compiler when it
+           names one.
 A graph whose key cannot be stable across processes (a target with no importable name, an
 argument printed with an address, a module call) is not cacheable: `graph_key` says why.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import pathlib
 import platform
@@ -171,8 +173,8 @@ def _fields_text(options: Any) -> str:
 
 def _versions_text(codegen_options: Any) -> str:
     compiler = getattr(codegen_options, "compiler", None)
-    return (f"torch {torch.__version__} python {sys.version} kiln {kiln_source_hash()} {_machine()} "
-            f"compiler {_compiler_version(compiler) if isinstance(compiler, str) else None}")
+    return (f"torch {torch.__version__} triton {_triton_version()} python {sys.version} kiln {kiln_source_hash()} "
+            f"{_machine()} compiler {_compiler_version(compiler) if isinstance(compiler, str) else None}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -190,6 +192,15 @@ def kiln_source_hash() -> str:
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:24]
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_version() -> str | None:
+    """Triton's version, read from its metadata (importing triton takes a second)."""
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -53,7 +53,7 @@ def look_up(gm: fx.GraphModule, example_inputs: Sequence[Any], options: KilnOpti
     device = codegens.device_type(example_inputs, [n.meta.get("example_value") for n in gm.graph.nodes])
     codegen = codegens.select(device, options)
     with stages.stage("cache_key"):
-        cache = open_cache(gm, example_inputs, options, codegen, device)
+        cache = open_cache(gm, example_inputs, options, codegen)
     found = Lookup(index, stages, location, codegen, cache)
     if cache is None:
         return found

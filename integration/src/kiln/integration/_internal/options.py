@@ -112,10 +112,10 @@ class KilnOptions:
             raise OptionsError(f"kiln option lowerings must be None or a kiln.loopir.Lowerings (e.g. "
                                f"default_lowerings() | my_table), got a {type(self.lowerings).__name__}")
         if self.codegen is not None:
-            names = sorted(codegen_registry.registered())
-            if self.codegen not in names:
+            names = codegen_registry.registered()
+            if self.codegen not in names:  # loads that codegen only (listing them loads them all)
                 raise OptionsError(f"kiln option codegen={self.codegen!r} names no codegen; registered under "
-                                   f"{codegen_registry.ENTRY_POINT_GROUP!r}: {', '.join(names)}")
+                                   f"{codegen_registry.ENTRY_POINT_GROUP!r}: {', '.join(sorted(names))}")
 
     @classmethod
     def create(cls, overrides: Mapping[str, Any] | KilnOptions | None = None,

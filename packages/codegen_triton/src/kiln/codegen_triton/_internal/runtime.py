@@ -19,15 +19,14 @@ from typing import Any
 import sympy
 import torch
 
-from kiln.loopir import Kernel, Reduction, fill_requested, fill_uninitialized, index_vars
-from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check, scatter_bases
+from kiln.loopir import Kernel, fill_requested, fill_uninitialized
+from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check
 
 from . import autotune
 from .indexing import INT32_LIMIT
-from .kernel_source import has_reduction
 from .launch import DirectLauncher
 from .options import TritonCodegenError, TritonOptions
-from .scatter_source import serial_only
+from .serialize import KernelSignature, rebuild_kernel, stored_kernel
 from .tiling import Tile
 
 log = logging.getLogger(__name__)
@@ -38,29 +37,6 @@ MAX_PLANS = 64  # distinct size tuples remembered per kernel (dynamic shapes)
 def _block(work: int, cap: int) -> int:
     """The next power of two of `work`, at most `cap`."""
     return min(cap, 1 << max(work - 1, 0).bit_length())
-
-
-def _numel(sizes: Sequence[sympy.Expr]) -> sympy.Expr:
-    return sympy.Mul(*sizes) if sizes else sympy.Integer(1)
-
-
-def reads_rows_contiguously(kernel: Kernel) -> bool:
-    """Whether every access inside the kernel's loops over reduction ranges (reductions and row
-    nodes) moves by one element per step of the innermost varying reduction variable, or does
-    not depend on it: then a wide RBLOCK reads whole rows in coalesced chunks."""
-    for node in kernel.nodes:
-        row = kernel.is_row(node)
-        if not (row or isinstance(node.body, Reduction)):
-            continue
-        ranges = kernel.row_ranges if row else node.reduction_ranges
-        varying = [v for v, size in zip(index_vars(len(ranges), "r"), ranges) if size != 1]
-        if not varying:
-            continue
-        inner = varying[-1]
-        for access in kernel.accesses(node).accesses:
-            if inner in access.index.free_symbols and inner in sympy.expand(access.index - inner).free_symbols:
-                return False
-    return True
 
 
 def _int_class(value: int) -> tuple[bool, bool, bool]:
@@ -99,9 +75,12 @@ _EMPTY_STRIDED_CUDA = getattr(getattr(torch._C, "_dynamo", None) and torch._C._d
 
 
 class TritonKernel:
-    """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, launching a generated Triton kernel."""
+    """`kernel(*inputs, *symbol_values) -> tuple(outputs)`, launching a generated Triton kernel.
 
-    def __init__(self, kernel: Kernel, jit_function: Any, options: TritonOptions,
+    `kernel` is the loopir `Kernel` it was generated from, or only its `KernelSignature` once
+    unpickled (see serialize.py)."""
+
+    def __init__(self, kernel: Kernel | KernelSignature, jit_function: Any, options: TritonOptions,
                  checks: Sequence[CheckSite] = (), index_bounds: Sequence[sympy.Expr] = (),
                  tile: Tile | None = None) -> None:
         self.__name__ = kernel.name
@@ -113,22 +92,26 @@ class TritonKernel:
         self.tile = tile  # a 2-D tiled pointwise kernel (see `tiling.py`)
         self.jit_function = jit_function
         self.options = options
-        self.reduction = has_reduction(kernel)
+        signature = KernelSignature.of(kernel)
+        self.reduction = signature.reduction
         self.interpreted = type(jit_function).__name__ == "InterpretedFunction"
-        self.contiguous = self.reduction and reads_rows_contiguously(kernel)
-        rnumels = [_numel(n.reduction_ranges) for n in kernel.nodes if isinstance(n.body, Reduction)]
+        self.contiguous = signature.contiguous
+        rnumels = list(signature.reduction_numels)
         self._n_in = len(kernel.inputs)
         self._n_args = self._n_in + len(kernel.symbols)
         self._in_dtypes = tuple(i.dtype for i in kernel.inputs)
         self._layouts = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs] + [o.stride for o in kernel.outputs]
                                      + [i.size for i in kernel.inputs] + [i.stride for i in kernel.inputs]
-                                     + [[_numel(kernel.ranges)] + rnumels, self.index_bounds]
-                                     + ([[kernel.ranges[tile.y], kernel.ranges[tile.x]]] if tile else []))
+                                     + [[signature.numel] + rnumels, self.index_bounds]
+                                     + ([[signature.ranges[tile.y], signature.ranges[tile.x]]] if tile else []))
         self._plans: dict[tuple, _Plan] = {}
         self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
         self._check_inputs = options.check_inputs
-        self._scatter_bases = scatter_bases(kernel)
-        self._serial = serial_only(kernel)
+        self._scatter_bases = signature.scatter_bases
+        self._serial = signature.serial
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return rebuild_kernel, (type(self), stored_kernel(self))
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
         # Runs once per kernel per call of a compiled graph: the common path is plain attribute
