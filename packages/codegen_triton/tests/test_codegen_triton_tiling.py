@@ -65,3 +65,16 @@ def test_symbolic_sizes_tile_too(options):
         sizes = [s for s in shape]
         got = module(*([x] + sizes[:len(gm.graph.find_nodes(op="placeholder")) - 1]))
         torch.testing.assert_close(got[0] if isinstance(got, (tuple, list)) else got, fn(x), rtol=0, atol=0)
+
+
+def test_a_constant_index_along_a_dim_outside_the_tile(options):
+    """x[c] for a constant index tensor c on a dim the tile leaves to zindex: the load's address
+    is one value per program, and its block mask needs a broadcast pointer (fuzz seed 25000562:
+    "Mask argument cannot be block type if pointer argument is not a block")."""
+    def fn(x):
+        return x[torch.tensor([0, 2])].transpose(1, 2).contiguous() * 2
+
+    x = torch.randn(3, 20, 24)
+    kernel_graph = lower(make_fx(fn, tracing_mode="symbolic")(x))
+    assert "YBLOCK: tl.constexpr" in generate(kernel_graph)
+    torch.testing.assert_close(compile(kernel_graph, options)(x), fn(x))

@@ -133,10 +133,14 @@ class TritonHandler(TextHandler):
 
     error = TritonCodegenError
 
-    def __init__(self, kernel: Kernel, rank: int, index_vars: frozenset[sympy.Symbol]) -> None:
+    def __init__(self, kernel: Kernel, rank: int, index_vars: frozenset[sympy.Symbol],
+                 scalar_vars: frozenset[sympy.Symbol] = frozenset()) -> None:
         super().__init__(kernel)
         self.rank = rank  # 1 for pointwise kernels, 2 for kernels with a reduction
         self.index_vars = index_vars
+        # Index variables one value per program (a tiled kernel's dims outside the tile, from
+        # zindex): an address of only these is a scalar, as a constant one is.
+        self.block_vars = index_vars - scalar_vars
         self.numels = {n.name: sympy.Mul(*n.spec.size) for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
         self.scan_init: list[str] = []  # a scan's running value, declared before its loop
@@ -201,9 +205,10 @@ class TritonHandler(TextHandler):
         if not masks:  # one element for every lane: a scalar load, always in bounds
             return self.var(f"tl.load({pointer})")
         mask = " & ".join(masks)
-        if not sympy.sympify(index).free_symbols & set(self.index_vars):
-            # no loop variable in the index (x[c] for a constant index tensor c): the pointer may
-            # be a scalar, which a block mask cannot mask; broadcast it to the mask's shape
+        if not sympy.sympify(index).free_symbols & self.block_vars:
+            # no block-shaped variable in the index (x[c] for a constant index tensor c, or a
+            # tiled kernel's zindex dims): the pointer may be a scalar, which a block mask cannot
+            # mask; broadcast it to the mask's shape
             mask = self.var(mask) if len(masks) > 1 else mask
             pointer = f"{pointer} + tl.zeros({mask}.shape, tl.int32)"
         return self.var(f"tl.load({pointer}, {mask})")

@@ -260,7 +260,8 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
     ivars = index_vars(len(kernel.ranges))
     rvars = {v for node in kernel.nodes for v in index_vars(len(node.reduction_ranges), "r")}
     tile = None if reduction else pointwise_tile(kernel)
-    handler = TritonHandler(kernel, 2 if reduction or tile else 1, frozenset(ivars) | frozenset(rvars))
+    outside_tile = frozenset(v for d, v in enumerate(ivars) if tile and d not in (tile.y, tile.x))
+    handler = TritonHandler(kernel, 2 if reduction or tile else 1, frozenset(ivars) | frozenset(rvars), outside_tile)
     handler.flat_outer = tile is None
     walker = KernelWalker(kernel, handler)
     body = [line for node, kind in walker.nodes() for line in _node_lines(walker, node, kind)]
