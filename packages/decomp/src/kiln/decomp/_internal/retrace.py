@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
+from torch._prims_common import suggest_memory_format
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -139,7 +140,8 @@ def _keep_output_layouts(gm: fx.GraphModule, result: fx.GraphModule) -> None:
 
 
 # Ops whose meta kernel lays the output out otherwise than eager's kernels: eager's roll writes
-# into empty_like(self) (the input's memory format), its meta kernel returns a contiguous tensor.
+# into a tensor of the input's suggested memory format (channels-last stays channels-last; a
+# transposed matrix gives a contiguous one), its meta kernel returns a contiguous tensor.
 _EAGER_KEEPS_INPUT_LAYOUT = frozenset({torch.ops.aten.roll.default})
 
 
@@ -153,7 +155,7 @@ def _eager_layout_value(node: fx.Node) -> Any:
     if not (isinstance(source, FakeTensor) and _exprs(source.shape) == _exprs(value.shape)):
         return value
     with value.fake_mode:
-        return torch.empty_like(source, dtype=value.dtype)
+        return torch.empty_like(source, dtype=value.dtype, memory_format=suggest_memory_format(source))
 
 
 def _exprs(sizes: Sequence[Any]) -> tuple[Any, ...]:
