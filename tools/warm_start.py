@@ -11,13 +11,14 @@ runs start with an empty cache directory (kiln's KILN_CACHE_DIR, Inductor's
 TORCHINDUCTOR_CACHE_DIR); "warm" runs a second process on the directory the cold one filled.
 Prints medians over `--repeat` rounds, then kiln's per-stage times (median of each stage's
 total, regions added up, for the cold and the warm runs). `--configs kiln` leaves Dynamo and
-Inductor out; `--before DIR` also runs kiln from another checkout (e.g. `git worktree add DIR
-main`) as "kiln-before", interleaved with the others, for a before/after comparison under the
-same load. `eager-train` and `kiln-train` time a first training step instead (forward and
-backward; kiln's warm run loads both graphs from the whole-graph cache). A warm kiln run that
-loaded no graph from the cache is warned about. On a shared machine the figures are noisy:
-label them so. Each run also counts the modules imported while it is timed (all, and kiln's own):
-counts that load on the machine does not change, for comparing what a warm start costs.
+Inductor out; `--before DIR` also runs each kiln config from another checkout (e.g. `git
+worktree add DIR main`) as "kiln-before" / "kiln-train-before", interleaved with the others,
+for a before/after comparison under the same load. `eager-train` and `kiln-train` time a
+first training step instead (forward and backward; kiln's warm run loads both graphs from the
+whole-graph cache). A warm kiln run that loaded no graph from the cache is warned about. On a
+shared machine the figures are noisy: label them so. Each run also counts the modules imported
+while it is timed (all, and kiln's own): counts that load on the machine does not change, for
+comparing what a warm start costs.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def source_path(tree: pathlib.Path) -> str:
 def measure(config: str, model_name: str, cache: pathlib.Path, before: pathlib.Path | None = None) -> dict:
     env = dict(os.environ, KILN_CACHE_DIR=str(cache / "kiln"), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                TRITON_CACHE_DIR=str(cache / "triton"), PYTHONHASHSEED="0")
-    if config == "kiln-before":
+    if config.endswith("-before"):
         env["PYTHONPATH"] = source_path(before)
     done = subprocess.run([sys.executable, __file__, "--child", config.replace("-before", ""), model_name], env=env,
                           capture_output=True, text=True)
@@ -130,7 +131,7 @@ def main() -> None:
         times: dict[str, list[float]] = collections.defaultdict(list)
         stages: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
         modules: dict[str, list[int]] = collections.defaultdict(list)
-        configs = args.configs + (["kiln-before"] if args.before else [])
+        configs = args.configs + ([f"{c}-before" for c in args.configs if c.startswith("kiln")] if args.before else [])
         for _ in range(args.repeat):
             for config in configs:
                 with tempfile.TemporaryDirectory(prefix="kiln-warm-start-") as scratch:
