@@ -11,12 +11,14 @@ runs start with an empty cache directory (kiln's KILN_CACHE_DIR, Inductor's
 TORCHINDUCTOR_CACHE_DIR); "warm" runs a second process on the directory the cold one filled.
 Prints medians over `--repeat` rounds, then kiln's per-stage times (median of each stage's
 total, regions added up, for the cold and the warm runs). `--configs kiln` leaves Dynamo and
-Inductor out; `--before DIR` also runs kiln from another checkout (e.g. `git worktree add DIR
-main`) as "kiln-before", interleaved with the others, for a before/after comparison under the
-same load. `eager-train` and `kiln-train` time a first training step instead (forward and
-backward; kiln's warm run loads both graphs from the whole-graph cache). A warm kiln run that
-loaded no graph from the cache is warned about. On a shared machine the figures are noisy:
-label them so.
+Inductor out; `--before DIR` also runs each kiln config from another checkout (e.g. `git
+worktree add DIR main`) as "kiln-before" / "kiln-train-before", interleaved with the others,
+for a before/after comparison under the same load. `eager-train` and `kiln-train` time a
+first training step instead (forward and backward; kiln's warm run loads both graphs from the
+whole-graph cache). A warm kiln run that loaded no graph from the cache is warned about. On a
+shared machine the figures are noisy: label them so. Each run also counts the modules imported
+while it is timed (all, and kiln's own): counts that load on the machine does not change, for
+comparing what a warm start costs.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def child(config: str, model_name: str) -> None:
     training = config.endswith("-train")
     config = config.removesuffix("-train")
     reports = []
+    modules_before = set(sys.modules)
     start = time.perf_counter()
     if config == "kiln":  # timed: backend="kiln" imports kiln on the first call
         from kiln.integration import KilnOptions
@@ -87,7 +90,9 @@ def child(config: str, model_name: str) -> None:
     for report in reports:
         for stage, spent in report.stage_seconds:
             stages[stage.split(":")[0].split("/")[-1]] += spent
+    imported = set(sys.modules) - modules_before
     print(json.dumps({"seconds": seconds, "error": error, "graphs": len(reports),
+                      "modules": len(imported), "kiln_modules": sum(m.startswith("kiln.") for m in imported),
                       "kernels": sum(r.kernels for r in reports), "cached": sum(r.cached for r in reports),
                       "stages": stages}))
 
@@ -100,7 +105,7 @@ def source_path(tree: pathlib.Path) -> str:
 def measure(config: str, model_name: str, cache: pathlib.Path, before: pathlib.Path | None = None) -> dict:
     env = dict(os.environ, KILN_CACHE_DIR=str(cache / "kiln"), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                TRITON_CACHE_DIR=str(cache / "triton"), PYTHONHASHSEED="0")
-    if config == "kiln-before":
+    if config.endswith("-before"):
         env["PYTHONPATH"] = source_path(before)
     done = subprocess.run([sys.executable, __file__, "--child", config.replace("-before", ""), model_name], env=env,
                           capture_output=True, text=True)
@@ -125,7 +130,8 @@ def main() -> None:
     for model_name in args.models:
         times: dict[str, list[float]] = collections.defaultdict(list)
         stages: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
-        configs = args.configs + (["kiln-before"] if args.before else [])
+        modules: dict[str, list[int]] = collections.defaultdict(list)
+        configs = args.configs + ([f"{c}-before" for c in args.configs if c.startswith("kiln")] if args.before else [])
         for _ in range(args.repeat):
             for config in configs:
                 with tempfile.TemporaryDirectory(prefix="kiln-warm-start-") as scratch:
@@ -133,6 +139,8 @@ def main() -> None:
                         result = measure(config, model_name, pathlib.Path(scratch), args.before)
                         label = f"{config} {temperature}".strip()
                         times[label].append(result["seconds"])
+                        modules[label].append(result["modules"])
+                        modules[f"{label} (kiln's)"].append(result["kiln_modules"])
                         for stage, spent in result["stages"].items():
                             stages[(f"{config} {temperature}", stage)].append(spent)
                         if temperature == "warm" and config.startswith("kiln") and not result["cached"]:
@@ -143,6 +151,9 @@ def main() -> None:
             rows.append((model_name, label, statistics.median(values), min(values), max(values)))
         for (label, stage), values in sorted(stages.items()):
             rows.append((model_name, f"  {label} stage {stage}", statistics.median(values), min(values), max(values)))
+        for label, values in modules.items():
+            rows.append((model_name, f"  {label} modules imported (count)", statistics.median(values), min(values),
+                         max(values)))
     print(f"first call, fresh processes, medians of {args.repeat} (seconds)")
     print("| model | what | median | min | max |\n|---|---|---|---|---|")
     for model_name, label, median, low, high in rows:

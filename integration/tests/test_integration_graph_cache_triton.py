@@ -76,3 +76,30 @@ def test_a_triton_kernel_pickles_as_its_source_and_signature(tmp_path):
 def test_the_key_names_tritons_version():
     """Triton compiles the stored source: a Triton upgrade must miss."""
     assert f"triton {importlib.metadata.version('triton')} " in graph_key._versions_text(None)
+
+
+def test_a_dynamic_shape_triton_graph_round_trips_and_runs_other_sizes(tmp_path):
+    """Size symbols travel in the kernels' signatures: the loaded module runs sizes it was not
+    compiled at."""
+    from kiln.integration._internal import graph_cache
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append((gm, graph_cache_runs._recording_backend(str(tmp_path), [], CODEGEN)(gm, example_inputs)))
+        return graphs[-1][1]
+
+    def fn(x):
+        return torch.softmax(x * 2, -1).sum(0) + x.mean()
+
+    with torch.no_grad():
+        torch.compile(fn, backend=backend, dynamic=True)(torch.randn(5, 6))
+    ((dynamo_gm, module),) = graphs
+    root = cache_root(KilnOptions(cache_dir=tmp_path)).parent
+    frozen = graph_cache._loads(graph_cache._dumps(graph_cache.freeze_module(module, dynamo_gm), root), root)
+    loaded = graph_cache.thaw_module(frozen, dynamo_gm)
+    x = torch.randn(9, 7)
+    sizes = [n.name for n in dynamo_gm.graph.nodes if n.op == "placeholder"][:-1]
+    assert len(sizes) == 2  # the two size symbols, then x
+    (out,) = loaded(9, 7, x)
+    torch.testing.assert_close(out, fn(x))
