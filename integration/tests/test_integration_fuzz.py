@@ -77,6 +77,11 @@ REGRESSIONS = {
                                      ["v0 = x0.roll(1, -2)", "v1 = x0.roll((1, 2), (0, 1))"], ["v0", "v1"], "cpu", False),
     "roll_keeps_channels_last_triton_dynamic": ([((2, 3, 4, 5), "float32", "channels_last")], ["v0 = x0.roll(1, 0)"],
                                                 ["v0"], "cuda", True),
+    # Triton, dynamic: a diagonal of a reshaped softmax has stride s0*s6**2 + 1, the only place
+    # the region sees s0 (fuzz seed 22000149)
+    "diagonal_stride_with_a_power_dynamic": ([((3, 7, 3, 3), "float32")], ["v0 = torch.softmax(x0, -1)",
+                                                                          "v1 = v0.reshape(v0.shape[0], -1).diagonal()",
+                                                                          "v2 = v1.roll(1, -1)"], ["v2"], "cuda", True),
     # C++: a row node of a full reduction whose row ranges are (s, 1) reads a row temporary at
     # the row loop's position, not at the row's start (fuzz seed 24000086)
     "cpp_row_temporary_read_in_a_row_of_extent_1": ([((8, 1), "float32", "transposed"), ((8, 1), "float32", "transposed")],
