@@ -8,7 +8,9 @@ every program is valid eager code. Inputs are contiguous, channels-last (4-d) or
 runs through one configuration, round robin over {C++ codegen, Triton interpreter} x {static
 shapes, dynamic shapes}, with `fallback=False`, and kiln's outputs (and the inputs it mutated)
 are compared with eager's: values, and significant strides (issue 19: a compiled output keeps
-eager's layout; `torch._prims_common.check_significant_strides`).
+eager's layout; `torch._prims_common.check_significant_strides`). A value outside tolerance
+of eager's still counts as right where it is no farther than eager's from the program run with
+its float32 inputs in float64 (float32 eager is off at times, e.g. its gelu far from 0).
 
 Casts to bfloat16 are left out of programs run on Triton's interpreter (its bfloat16 casts are
 wrong: float32 truncated, float64 garbage; a GPU's are right).
@@ -268,8 +270,9 @@ def _tolerance(dtype: torch.dtype, float64_only: bool) -> tuple[float, float]:
     return 1e-4, 1e-5
 
 
-def _compare(kiln: Any, eager: Any, float64_only: bool) -> str | None:
-    """None if equal within tolerance, else what differs."""
+def _compare(kiln: Any, eager: Any, float64_only: bool, exact: list[Any] | None = None) -> str | None:
+    """None if equal within tolerance, or (given `exact`, the program's outputs in float64) no
+    farther from the float64 result than eager's; else what differs."""
     for i, (got, want) in enumerate(zip(kiln, eager, strict=True)):
         if got.dtype != want.dtype or got.shape != want.shape:
             return f"output {i}: {got.dtype}{list(got.shape)} vs eager {want.dtype}{list(want.shape)}"
@@ -277,8 +280,32 @@ def _compare(kiln: Any, eager: Any, float64_only: bool) -> str | None:
         try:
             torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True, check_stride=False)
         except AssertionError as exc:
-            return f"output {i}: {str(exc).splitlines()[-3:]}"
+            if exact is None or not _no_farther_from_float64(got, want, exact[i], rtol, atol):
+                return f"output {i}: {str(exc).splitlines()[-3:]}"
     return None
+
+
+def _no_farther_from_float64(got: torch.Tensor, want: torch.Tensor, exact: Any, rtol: float, atol: float) -> bool:
+    """Whether kiln's `got` is, element by element, no farther (beyond tolerance) from the
+    program's float64 result than eager's `want`: float32 eager is itself off at times (its
+    gelu at -3.92 by 0.4%, which a sqrt then shows), and kiln may be the closer one."""
+    if not isinstance(exact, torch.Tensor) or not got.is_floating_point() or exact.shape != got.shape:
+        return False
+    exact = exact.double()
+    kiln_error, eager_error = (got.double() - exact).abs(), (want.double() - exact).abs()
+    return bool(((kiln_error <= eager_error + atol + rtol * exact.abs()) | (got.isnan() & want.isnan())).all())
+
+
+def _float64_outputs(program: Program) -> list[Any] | None:
+    """The program's outputs and inputs (as `run_one` compares them) with its float32 inputs
+    made float64, or None where that run fails."""
+    inputs = [t.double() if t.dtype == torch.float32 else t for t in program.make_inputs()]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return list(program.function()(*inputs)) + inputs
+    except Exception:  # noqa: BLE001 - no float64 referee then: the mismatch stands
+        return None
 
 
 def _compare_strides(kiln: Any, eager: Any, eager_inputs: list[torch.Tensor]) -> tuple[str, str] | None:
@@ -383,6 +410,8 @@ def run_one(program: Program, codegen: str, dynamic: bool) -> Outcome:
     float64_only = all(spec[1] == "float64" for spec in program.inputs) and not re.search(
         r"float\(\)|half|bfloat16|int32|int64|float32", program.source())
     mismatch = _compare(list(captured[-1]) + kiln_inputs, eager, float64_only)
+    if mismatch is not None and not float64_only:
+        mismatch = _compare(list(captured[-1]) + kiln_inputs, eager, float64_only, _float64_outputs(program))
     strides = _compare_strides(list(captured[-1]) + kiln_inputs, eager, eager_inputs)
     if mismatch is not None:
         reference = _float64_reference(program)

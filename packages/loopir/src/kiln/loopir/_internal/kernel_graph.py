@@ -233,8 +233,8 @@ class _Builder:
     def _inverted(self, expression: sympy.Expr, sym: sympy.Symbol, read: Callable[[], fx.Node]) -> fx.Node | None:
         """`sym` as nodes computing it from `read()`, the run-time value of `expression`, when
         that is `sym` under sums and products with terms free of it (`s0 + 1`, `s0*s27*s53`,
-        `s0 - start`): each term is undone in turn, a product by an exact division by sizes or
-        nonzero integers. None for anything else (`Min(s0, s53)`, `FloorDiv(s0, 2)`)."""
+        `s0*s6**2 + 1`, `s0 - start`): each term is undone in turn, a product by an exact division
+        by sizes or nonzero integers. None for anything else (`Min(s0, s53)`, `FloorDiv(s0, 2)`)."""
         undo = []
         while expression != sym:
             if isinstance(expression, sympy.Add):
@@ -242,7 +242,7 @@ class _Builder:
                 undo.append((operator.sub, rest))
             elif isinstance(expression, sympy.Mul):
                 rest, expression = expression.as_independent(sym, as_Add=False)
-                if not all(f.is_Symbol or (f.is_Integer and f != 0) for f in sympy.Mul.make_args(rest)):
+                if not all(_nonzero_factor(f) for f in sympy.Mul.make_args(rest)):
                     return None  # a factor that may be 0 at run time
                 undo.append((operator.floordiv, rest))
             else:
@@ -385,6 +385,16 @@ def _inverse(atom: sympy.Expr, sym: sympy.Symbol) -> tuple[int, int] | None:
     if divisor.is_Integer and divisor > 0 and shift.is_Integer:
         return int(divisor), -int(shift)
     return None
+
+
+def _nonzero_factor(factor: sympy.Expr) -> bool:
+    """A nonzero integer, or a backed size symbol or a positive power of one (Dynamo specializes
+    sizes 0 and 1; an unbacked one, `u0`, may be 0)."""
+    if factor.is_Pow and factor.exp.is_Integer and factor.exp > 0:
+        factor = factor.base
+    if factor.is_Symbol:
+        return not factor.name.startswith("u")
+    return factor.is_Integer and factor != 0
 
 
 def _unchanged(expression: sympy.Expr, stand_ins: dict[sympy.Symbol, sympy.Expr]) -> bool:
