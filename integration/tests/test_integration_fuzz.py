@@ -97,10 +97,10 @@ def test_strides_are_compared_with_a_layout_in_the_mix(fuzz):
     assert fuzz._compare_strides([x * 1], [x], []) is None
 
 
-@pytest.mark.xfail(strict=True, reason="codegen_cpp: a kernel reads row_buf4[r0] outside any row loop "
-                                       "(''r0' was not declared'): a max over a dim of 1 with lerp and an "
-                                       "input zeroed in place (fuzz seed 22001026)")
 def test_cpp_row_buffer_read_outside_its_row_loop(fuzz):
+    # Was a strict xfail (a kernel read row_buf4[r0] outside any row loop): since codegen_cpp
+    # lowers with arithmetic recompute the max's value is recomputed, not a row buffer, so the
+    # program runs; the codegen's row-buffer placement itself is fixed separately.
     program = fuzz.Program(22001026, [((1,), "float32"), ((1,), "float32")],
                            ["x1[0].zero_()", "v0 = x0.max(-1, keepdim=True)[0]", "v1 = torch.lerp(v0, x1, 0.3)"],
                            ["v1"])
