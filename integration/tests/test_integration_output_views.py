@@ -188,3 +188,14 @@ def test_decomposed_outputs_keep_the_layout_of_the_op_they_replace(name):
     fn, make, dynamic = DECOMPOSED_LAYOUTS[name]
     x = make()
     assert_like_eager(compiled_outputs(fn, x.clone(memory_format=torch.preserve_format), dynamic=dynamic), (fn(x),))
+
+
+def test_expand_of_a_value_the_decomp_stage_merged():
+    """Two equal casts merged into one node (each kept its fake): the expand of one still views it."""
+    def fn(x):
+        first = x.max(-2, keepdim=True)[1].float()
+        second = x.max(-2, keepdim=True)[1].float()
+        return second.unsqueeze(0).expand(2, *second.shape), torch.erf(first)
+
+    x = torch.randn(5, 8)
+    assert_like_eager(compiled_outputs(fn, x.clone(), dynamic=True), fn(x))

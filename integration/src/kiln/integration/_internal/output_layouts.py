@@ -30,7 +30,8 @@ META_LAYOUT_DIFFERS = frozenset({aten.roll.default})
 
 def keep_output_layouts(aten_graph: fx.GraphModule, decomposed: fx.GraphModule, lowerings: Any) -> int:
     """Give each output of `decomposed` (the decomp stage's result for `aten_graph`: the same
-    outputs, in order) the FakeTensor of `aten_graph`'s output where only their strides differ.
+    outputs, in order) the FakeTensor of `aten_graph`'s output where only their strides differ
+    (along dims longer than 1: a view keeps its fake, which aliases the value it views).
     Outputs of ops loopir calls as externs keep theirs (an extern's layout is what it returns);
     `lowerings` is the lowering table (None: loopir's default). Returns how many changed."""
     before, after = _output_leaves(aten_graph), _output_leaves(decomposed)
@@ -45,7 +46,7 @@ def keep_output_layouts(aten_graph: fx.GraphModule, decomposed: fx.GraphModule, 
         eager, val = source.meta.get("val"), node.meta.get("val")
         if isinstance(eager, torch.Tensor) and isinstance(val, torch.Tensor) and eager.dtype == val.dtype \
                 and eager.device == val.device and _text(eager.shape) == _text(val.shape) \
-                and _text(eager.stride()) != _text(val.stride()):
+                and _significant_strides(eager) != _significant_strides(val):
             node.meta["val"] = eager
             changed += 1
     return changed
@@ -60,6 +61,11 @@ def _meta_differs(node: fx.Node) -> bool:
 def _output_leaves(graph_module: fx.GraphModule) -> list[Any]:
     output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
     return pytree.tree_leaves(output.args[0])
+
+
+def _significant_strides(val: torch.Tensor) -> list[str]:
+    """Strides of the dims longer than 1 (a dim of size 1 has any stride), as text."""
+    return [str(st) for n, st in zip(val.shape, val.stride()) if str(n) != "1"]
 
 
 def _text(values: Any) -> list[str]:
