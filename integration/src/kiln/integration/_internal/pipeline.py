@@ -27,6 +27,7 @@ from .graph_key import shape_guards
 from .lookup import Lookup
 from .options import KilnOptions
 from .output_aliases import view_mutated_inputs
+from .output_layouts import keep_output_layouts
 from .progress import Stages
 from .regions import RegionResults, compile_regions
 from .report import FallbackNode, GraphReport
@@ -166,7 +167,8 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
 
 
 def decompose_graph(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected) -> fx.GraphModule:
-    """The decomp stage: `aten` with the loop-level table applied."""
+    """The decomp stage: `aten` with the loop-level table applied; its outputs keep the layouts of
+    the ATen ops they decompose (`output_layouts.py`)."""
     epilogues = options.bias_epilogues
     if epilogues is None:
         epilogues = codegen.codegen.capabilities.bias_epilogues
@@ -175,6 +177,7 @@ def decompose_graph(aten: fx.GraphModule, options: KilnOptions, codegen: codegen
     # one norm) would otherwise be computed once per view.
     if decomp.eliminate_common_subexpressions(decomposed.graph):
         decomposed.recompile()
+    keep_output_layouts(aten, decomposed, options.lowerings)
     return decomposed
 
 

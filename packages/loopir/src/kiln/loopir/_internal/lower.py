@@ -22,7 +22,7 @@ from torch._prims_common import compute_elementwise_output_strides
 
 from . import philox
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
-from .output_views import free_symbols, view_base, view_geometry
+from .output_views import free_symbols, view_base, view_geometry, views_like
 from .recompute import recomputed_on_reuse
 from .registry import Lowerings, default_lowerings
 from .sizes import Expr, compute_dtype, contiguous_strides, same_exprs, to_expr, to_exprs
@@ -473,8 +473,9 @@ def _output_view(ctx: LoweringContext, item: fx.Node, env: dict[fx.Node, Any],
                  realized: dict[fx.Node, StridedView], known: set[sympy.Symbol]) -> StridedView | None:
     """The output `item`, a view whose lowering is an index function (`Lazy`), as eager's view
     of the value or graph input it views (its base); None where it is stored on its own: no such
-    view, a layout eager sets otherwise than the fakes say (`correct_layout`), fakes that do
-    not alias (make_fx's real tracing mode), or a base not laid out as eager's. A base not yet
+    view, a layout eager sets otherwise than the fakes say (`correct_layout`), a fake that is no
+    view of a tensor laid out as the base's (make_fx's real tracing mode), or a base not laid out
+    as eager's. A base not yet
     stored is computed for the view only when no buffer of the output's own can have its
     strides (a stride of 0, gaps under dynamic shapes, overlap)."""
     base = view_base(item)
@@ -482,7 +483,7 @@ def _output_view(ctx: LoweringContext, item: fx.Node, env: dict[fx.Node, Any],
         return None
     view_val, base_val = item.meta.get("val"), base.meta.get("val")
     if not isinstance(view_val, torch.Tensor) or not isinstance(base_val, torch.Tensor) \
-            or view_val.dtype != base_val.dtype or not torch._C._is_alias_of(view_val, base_val):
+            or view_val.dtype != base_val.dtype or not views_like(view_val, base_val):
         return None
     size, stride, offset = view_geometry(view_val, base_val)
     base_size, base_stride = to_exprs(base_val.shape), to_exprs(base_val.stride())

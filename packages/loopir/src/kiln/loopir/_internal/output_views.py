@@ -52,6 +52,21 @@ def _is_view_op(target: Any) -> bool:
             and bool(set(returned.before_set) & set(argument.before_set)))
 
 
+def views_like(view: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether the FakeTensor `view`'s storage offset counts from `base`'s storage: it aliases
+    `base`, or it views a storage of `base`'s size (an equal value's fake: the decomp stage
+    merges equal nodes and keeps each one's fake). make_fx's real tracing mode records a view
+    of an offset as a tensor of its own, with a smaller storage and offset 0: refused."""
+    if torch._C._is_alias_of(view, base):
+        return True
+    return str(view.untyped_storage().nbytes()) == str(base.untyped_storage().nbytes())
+
+
+def _text(values: Iterable[Any]) -> list[str]:
+    """Sizes, strides or offsets as text: SymInts compared without adding shape guards."""
+    return [str(v) for v in values]
+
+
 def view_geometry(view: torch.Tensor, base: torch.Tensor) -> tuple[tuple[Expr, ...], tuple[Expr, ...], Expr]:
     """(sizes, strides, offset from `base`'s first element) of the eager tensor `view` of `base`."""
     offset = to_expr(view.storage_offset()) - to_expr(base.storage_offset())
