@@ -171,8 +171,6 @@ def transposed_2d(shape: tuple[int, int]) -> torch.Tensor:
 # Outputs whose decomposition ends in an op laid out otherwise than the op it replaced
 # (`group_norm` -> a `view` of a contiguous value, `log_softmax` -> pointwise ops following a
 # transposed input where eager's is contiguous).
-ROLL_META = pytest.mark.xfail(strict=True, reason="eager's roll of a transposed tensor is contiguous; its decomposition "
-                              "(index_select) follows the input, and roll's meta is contiguous for channels-last too")
 DECOMPOSED_LAYOUTS = {
     "roll_transposed": (lambda x: x.roll(1, -1), lambda: transposed_2d((4, 7)), False),
     "group_norm_channels_last": (lambda x: torch.nn.functional.group_norm(x, 1),
@@ -182,8 +180,7 @@ DECOMPOSED_LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=ROLL_META) if n.startswith("roll") else n
-                                  for n in sorted(DECOMPOSED_LAYOUTS)])
+@pytest.mark.parametrize("name", sorted(DECOMPOSED_LAYOUTS))  # roll: decomp's retrace gives eager's layout
 def test_decomposed_outputs_keep_the_layout_of_the_op_they_replace(name):
     fn, make, dynamic = DECOMPOSED_LAYOUTS[name]
     x = make()
