@@ -3,13 +3,28 @@ launch the first call makes, with tensors given by their dtypes. Triton's JITFun
 stand-in here (the real warmup runs in the GPU-mode suite: KILN_TRITON_TEST_DEVICE=cuda)."""
 
 import contextlib
+import importlib.util
+import pathlib
 
 import pytest
 import torch
-from test_codegen_triton_launch import FakeJITFunction, fake_kernel, knobs  # noqa: F401 - knobs is a fixture
 
 from kiln.codegen_triton import TritonOptions
 from kiln.codegen_triton._internal import precompile as precompile_module
+
+
+def _launch_tests():
+    """The stand-ins of test_codegen_triton_launch.py (tests run with --import-mode=importlib,
+    where a test module cannot import its neighbour by name)."""
+    path = pathlib.Path(__file__).with_name("test_codegen_triton_launch.py")
+    spec = importlib.util.spec_from_file_location("codegen_triton_launch_stand_ins", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_LAUNCH = _launch_tests()
+FakeJITFunction, fake_kernel, knobs = _LAUNCH.FakeJITFunction, _LAUNCH.fake_kernel, _LAUNCH.knobs  # knobs: a fixture
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 
@@ -50,7 +65,7 @@ def _warmed(fn, example, tmp_path, tracing_mode="real"):
 @pytest.mark.parametrize("fn", [lambda x: x * 2 + 1, lambda x: (x * x).sum(-1).sqrt(),
                                 lambda x: x.to(torch.bfloat16).sum(0)],
                          ids=["pointwise", "row", "bf16_sum0"])
-def test_warmup_gets_the_first_launch(tmp_path, knobs, cuda_stand_in, fn):  # noqa: F811 - the fixture
+def test_warmup_gets_the_first_launch(tmp_path, knobs, cuda_stand_in, fn):
     x = torch.randn(6, 40)
     module, kernel, warmed = _warmed(fn, x, tmp_path)
     assert precompile_module.precompile([kernel], threads=4) == 1
@@ -62,13 +77,13 @@ def test_warmup_gets_the_first_launch(tmp_path, knobs, cuda_stand_in, fn):  # no
     assert (launched_grid, launched_kwargs) == (grid, kwargs)
 
 
-def test_kernels_with_size_symbols_compile_at_their_first_launch(tmp_path, knobs, cuda_stand_in):  # noqa: F811
+def test_kernels_with_size_symbols_compile_at_their_first_launch(tmp_path, knobs, cuda_stand_in):
     _, kernel, warmed = _warmed(lambda x: x + 1, torch.randn(8), tmp_path, tracing_mode="symbolic")
     assert kernel.kernel.symbols and not kernel.can_precompile()
     assert precompile_module.precompile([kernel], threads=4) == 0 and not warmed.warmups
 
 
-def test_nothing_is_precompiled_without_threads_or_a_gpu(tmp_path, knobs, monkeypatch):  # noqa: F811
+def test_nothing_is_precompiled_without_threads_or_a_gpu(tmp_path, knobs, monkeypatch):
     _, kernel, warmed = _warmed(lambda x: x + 1, torch.randn(8), tmp_path)
     assert precompile_module.precompile([kernel], threads=1) == 0
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
