@@ -24,7 +24,7 @@ from kiln.integration._internal.backend import _compile
 
 def workload(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     y = torch.softmax(x @ w + 1, -1)
-    return y.sum(0), torch.tensor([1.0, 2.0]) * torch.tanh(y[0, :2])  # a tensor constant too
+    return y.sum(0), torch.tensor([1.0, 2.0], device=y.device) * torch.tanh(y[0, :2])  # a tensor constant too
 
 
 def inputs() -> tuple[torch.Tensor, torch.Tensor]:
