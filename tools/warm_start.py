@@ -2,6 +2,7 @@
 
     python tools/warm_start.py [--models bert gpt2] [--repeat 3] [--configs eager inductor kiln]
     python tools/warm_start.py --configs eager-train kiln-train   # a first training step
+    python tools/warm_start.py --device cuda --models bert-base   # on a GPU: BERT-base (12L d768, 8x512)
 
 Each measurement is one new Python process that builds a Hugging Face model from a config
 (random weights, nothing downloaded), compiles it with `torch.compile` and times its first call
@@ -34,15 +35,19 @@ import sys
 import tempfile
 import time
 
-MODELS = ("bert", "gpt2")
+MODELS = ("bert", "gpt2", "bert-base")
 
 
-def build_model(name: str):
+def build_model(name: str, device: str = "cpu"):
     import torch
     import transformers
 
     torch.manual_seed(0)
-    if name == "bert":  # 4 layers, d128, 2 heads, input 2x64
+    batch, length = 2, 64
+    if name == "bert-base":  # 12 layers, d768, 12 heads, input 8x512 (issue 16's GPU size)
+        model = transformers.BertModel(transformers.BertConfig())
+        batch, length = 8, 512
+    elif name == "bert":  # 4 layers, d128, 2 heads, input 2x64
         config = transformers.BertConfig(hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
                                          intermediate_size=512, vocab_size=8192)
         model = transformers.BertModel(config)
@@ -52,17 +57,20 @@ def build_model(name: str):
         model = transformers.GPT2Model(config)
     else:
         raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
-    ids = torch.randint(0, 8192, (2, 64))
-    return model.eval(), ids
+    ids = torch.randint(0, 8192, (batch, length))
+    return model.eval().to(device), ids.to(device)
 
 
-def child(config: str, model_name: str) -> None:
+def child(config: str, model_name: str, device: str) -> None:
     """One measurement: prints a JSON line with the first call's seconds (and kiln's stages).
     A ``-train`` config times a first training step instead: forward and backward of the mean
     square of the model's output, in grad mode (the model stays in eval mode: no dropout)."""
     import torch
 
-    model, ids = build_model(model_name)
+    model, ids = build_model(model_name, device)
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # compared with eager below
+        torch.ones(1, device=device)  # CUDA context made before the timer, as importing torch is
     training = config.endswith("-train")
     config = config.removesuffix("-train")
     reports = []
@@ -83,6 +91,8 @@ def child(config: str, model_name: str) -> None:
         out = compiled(ids).last_hidden_state
         if training:
             out.square().mean().backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         expected = model(ids).last_hidden_state
     error = float((out - expected).abs().max())
@@ -102,12 +112,14 @@ def source_path(tree: pathlib.Path) -> str:
     return os.pathsep.join([*(str(p) for p in sorted((tree / "packages").glob("*/src"))), str(tree / "integration" / "src")])
 
 
-def measure(config: str, model_name: str, cache: pathlib.Path, before: pathlib.Path | None = None) -> dict:
+def measure(config: str, model_name: str, cache: pathlib.Path, before: pathlib.Path | None = None,
+            device: str = "cpu") -> dict:
     env = dict(os.environ, KILN_CACHE_DIR=str(cache / "kiln"), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                TRITON_CACHE_DIR=str(cache / "triton"), PYTHONHASHSEED="0")
     if config.endswith("-before"):
         env["PYTHONPATH"] = source_path(before)
-    done = subprocess.run([sys.executable, __file__, "--child", config.replace("-before", ""), model_name], env=env,
+    done = subprocess.run([sys.executable, __file__, "--child", config.replace("-before", ""), model_name, device],
+                          env=env,
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{config} {model_name} failed:\n{done.stderr[-3000:]}")
@@ -118,10 +130,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--configs", nargs="+", default=["eager", "inductor", "kiln"],
-                        choices=["eager", "inductor", "kiln", "eager-train", "kiln-train"])
+                        choices=["eager", "inductor", "kiln", "eager-train", "inductor-train", "kiln-train"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", type=pathlib.Path, help="another checkout whose kiln runs as kiln-before")
-    parser.add_argument("--child", nargs=2, metavar=("CONFIG", "MODEL"), help=argparse.SUPPRESS)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--child", nargs=3, metavar=("CONFIG", "MODEL", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
@@ -136,7 +149,7 @@ def main() -> None:
             for config in configs:
                 with tempfile.TemporaryDirectory(prefix="kiln-warm-start-") as scratch:
                     for temperature in ("cold", "warm") if not config.startswith("eager") else ("",):
-                        result = measure(config, model_name, pathlib.Path(scratch), args.before)
+                        result = measure(config, model_name, pathlib.Path(scratch), args.before, args.device)
                         label = f"{config} {temperature}".strip()
                         times[label].append(result["seconds"])
                         modules[label].append(result["modules"])
@@ -154,7 +167,7 @@ def main() -> None:
         for label, values in modules.items():
             rows.append((model_name, f"  {label} modules imported (count)", statistics.median(values), min(values),
                          max(values)))
-    print(f"first call, fresh processes, medians of {args.repeat} (seconds)")
+    print(f"first call on {args.device}, fresh processes, medians of {args.repeat} (seconds)")
     print("| model | what | median | min | max |\n|---|---|---|---|---|")
     for model_name, label, median, low, high in rows:
         print(f"| {model_name} | {label} | {median:.2f} | {low:.2f} | {high:.2f} |")
