@@ -48,8 +48,10 @@ def _candidate(node: fx.Node) -> tuple[tuple, fx.Node, int] | None:
     """(bucket key, wait node, bytes) of a plain functional all_reduce whose only user is its wait."""
     if node.op != "call_function" or node.target != _ALL_REDUCE.default or node.kwargs:
         return None
-    (wait,) = node.users if len(node.users) == 1 else (None,)
-    if wait is None or wait.target != _WAIT.default:
+    if len(node.users) != 1:
+        return None
+    wait = next(iter(node.users))
+    if wait.target != _WAIT.default:
         return None
     value = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
     if not isinstance(value, torch.Tensor) or not all(isinstance(s, int) for s in value.shape):

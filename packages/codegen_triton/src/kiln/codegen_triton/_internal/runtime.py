@@ -119,9 +119,7 @@ class TritonKernel:
         if len(args) != self._n_args:
             raise TypeError(f"{self.__name__} takes {self._n_in} tensors and {len(self.kernel.symbols)} "
                             f"sizes, got {len(args)} arguments")
-        inputs, size_args = args[:self._n_in], args[self._n_in:]
-        if self._scatter_bases:  # a serial scatter when deterministic algorithms are asked for
-            size_args = (*size_args, self._serial or torch.are_deterministic_algorithms_enabled())
+        inputs, size_args = args[:self._n_in], self._plan_key(args[self._n_in:])
         plan = self._plans.get(size_args) or self._new_plan(size_args)
         if self._check_inputs and not self._inputs_match(inputs, plan):
             self._check(inputs, plan)
@@ -169,8 +167,15 @@ class TritonKernel:
 
     def _first_plan(self) -> _Plan:
         """The plan of a kernel without size symbols (its only one)."""
-        size_args = (self._serial or torch.are_deterministic_algorithms_enabled(),) if self._scatter_bases else ()
+        size_args = self._plan_key(())
         return self._plans.get(size_args) or self._new_plan(size_args)
+
+    def _plan_key(self, size_args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The sizes a plan is kept under; a scatter adds whether it runs serially (deterministic
+        algorithms asked for)."""
+        if self._scatter_bases:
+            return (*size_args, self._serial or torch.are_deterministic_algorithms_enabled())
+        return size_args
 
     def launch_plan(self, plan: _Plan, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
                     status: Sequence[torch.Tensor] = (), device: int | None = None) -> None:
