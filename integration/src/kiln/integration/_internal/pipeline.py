@@ -8,6 +8,7 @@ recorded in the `GraphReport`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 from collections.abc import Callable, Sequence
@@ -186,6 +187,8 @@ def partition_graph(decomposed: fx.GraphModule, options: KilnOptions, codegen: c
     dtypes = loopir.SUPPORTED_DTYPES & codegen.codegen.capabilities.dtypes
     # what a node reads counts too: a region input of another dtype is one its codegen must load
     supported = (partition.supports_ops(loopir.supported_ops(options.lowerings))
+                 & partition.Supported(functools.partial(loopir.lowerable, lowerings=options.lowerings),
+                                       "lowerings' own checks")
                  & partition.supports_dtypes(dtypes) & partition.Supported(_InputDtypes(dtypes), "input dtypes")
                  & partition.Supported(_OneDevice(decomposed.graph), "tensors on the graph's device"))
     return partition.partition(decomposed, supported, min_size=options.min_region_size)

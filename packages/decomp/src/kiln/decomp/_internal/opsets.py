@@ -111,6 +111,7 @@ EXTERN_GROUPS: dict[str, tuple[str, ...]] = {
         "_scaled_dot_product_flash_attention_for_cpu_backward",
         "_scaled_dot_product_flash_attention_backward",
         "_scaled_dot_product_efficient_attention_backward",
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
     ),
     "sort_and_scan": (
         "sort", "sort.stable", "topk", "cumsum", "cumprod", "cummax", "cummin",

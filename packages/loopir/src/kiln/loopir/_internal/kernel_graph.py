@@ -129,7 +129,7 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(_frozen(v) for v in value)
     if isinstance(value, ExternCall):
-        return (value.spec, value.op, _frozen(value.args), _frozen(value.kwargs), value.origins)
+        return (value.spec, value.op, _frozen(value.args), _frozen(value.kwargs), value.origins, value.items)
     if isinstance(value, dict):
         return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
     return value
@@ -330,8 +330,9 @@ class _Builder:
             if graph_input.spec is not None and graph_input.spec.name == name:
                 return graph_input.spec
         for step in self.lowered.steps:
-            if step.name == name:
-                return step.spec
+            for spec in step.specs if isinstance(step, ExternCall) else (step.spec,):
+                if spec.name == name:
+                    return spec
         raise KeyError(name)
 
     def kernel(self, kernel: Kernel) -> None:
@@ -355,8 +356,16 @@ class _Builder:
 
         args = tuple(convert(a) for a in extern.args)
         kwargs = {k: convert(v) for k, v in extern.kwargs}
-        self.buffers[extern.name] = self.graph.create_node(
-            "call_function", extern.op, args, kwargs, name=extern.name)
+        if not extern.items:
+            self.buffers[extern.name] = self.graph.create_node(
+                "call_function", extern.op, args, kwargs, name=extern.name)
+            return
+        call = self.graph.create_node("call_function", extern.op, args, kwargs, name=f"{extern.name}_results")
+        for pos, spec in enumerate(extern.items):
+            if spec is not None:  # in the layout its meta promised, or a copy in it
+                item = self.graph.call_function(operator.getitem, (call, pos))
+                self.buffers[spec.name] = self.graph.create_node(
+                    "call_function", ensure_layout, (item, [self.expr(st) for st in spec.stride]), name=spec.name)
 
     def output(self, as_tuple: bool) -> None:
         outs = []

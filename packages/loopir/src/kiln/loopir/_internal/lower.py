@@ -47,10 +47,18 @@ class ExternCall:
     args: tuple[Any, ...]  # StridedView for tensors, sympy expressions or constants otherwise
     kwargs: tuple[tuple[str, Any], ...]
     origins: tuple[str, ...] = ()
+    # An op returning a tuple (attention): the buffer of each result the graph uses, by
+    # position (None: unused or not a tensor); `spec` is the first of them. Empty: one tensor.
+    items: tuple[BufferSpec | None, ...] = ()
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def specs(self) -> tuple[BufferSpec, ...]:
+        """Every buffer the call produces."""
+        return tuple(s for s in self.items if s is not None) if self.items else (self.spec,)
 
     def reads(self) -> set[str]:
         values = list(self.args) + [v for _, v in self.kwargs]
@@ -58,7 +66,8 @@ class ExternCall:
 
     def __str__(self) -> str:
         args = ", ".join(_describe(a) for a in self.args)
-        return f"{self.spec} = extern {self.op}({args})"
+        results = ", ".join(str(s) for s in self.specs)
+        return f"{results} = extern {self.op}({args})"
 
 
 def _describe(arg: Any) -> str:
@@ -68,6 +77,11 @@ def _describe(arg: Any) -> str:
 
 
 Step = ComputedBuffer | ExternCall
+
+
+def step_names(step: Step) -> set[str]:
+    """The buffers a step produces: one, or each used result of a multi-output extern."""
+    return {s.name for s in step.specs} if isinstance(step, ExternCall) else {step.name}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -161,6 +175,32 @@ class LoweringContext:
         self.steps.append(ExternCall(spec, node.target, realized, tuple(kwargs.items()), (node.name,)))
         return StridedView(spec.name, spec.dtype, spec.size, spec.stride)
 
+
+    def add_multi_extern(self, node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """A call of an op returning a tuple: one buffer per tensor result a `getitem` reads
+        (laid out as the op's meta says; the wrapper copies a result returned in another
+        layout), the others None; ints (an attention's max sequence lengths) as they are."""
+        used = {user.args[1] for user in node.users if user.target is operator.getitem}
+        items, values = [], []
+        for pos, val in enumerate(node.meta["val"]):
+            spec = None
+            if isinstance(val, torch.Tensor) and pos in used:
+                spec = BufferSpec(self.new_buffer_name(), val.dtype, to_exprs(val.shape), to_exprs(val.stride()))
+            items.append(spec)
+            values.append(StridedView(spec.name, spec.dtype, spec.size, spec.stride) if spec is not None
+                          else val if isinstance(val, int) else None)
+        def stored(value: Any, arg: Any) -> Any:  # a tensor argument in eager's layout
+            if not isinstance(value, (Lazy, StridedView)):
+                return value
+            return self.realize_in_memory_order(value, arg.meta.get("val") if isinstance(arg, fx.Node) else None)
+
+        realized = tuple(stored(a, v) for a, v in zip(args, node.args))
+        kwargs = {k: stored(v, node.kwargs.get(k)) for k, v in kwargs.items()}
+        first = next((s for s in items if s is not None), None)
+        if first is None:  # no result used: the call is dropped as dead code anyway
+            first = BufferSpec(self.new_buffer_name(), torch.float32, (), ())
+        self.steps.append(ExternCall(first, node.target, realized, tuple(kwargs.items()), (node.name,), tuple(items)))
+        return tuple(values)
 
     def random_stream(self, device: torch.device) -> tuple[StridedView, int]:
         """The graph's random seed on `device` and the first offset of a new random op's stream.
@@ -350,6 +390,10 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
     if node.target not in table:
         raise LoweringError(f"no loopir lowering for {node_location(node)}; "
                             "keep it out of loopir's region (partition with loopir.supported_ops())")
+    check = table[node.target].check
+    if check is not None and not check(node):
+        raise LoweringError(f"loopir does not lower this use of {node_location(node)} (see its lowering's check; "
+                            "partition with loopir.lowerable())")
     for val in _tensor_vals(node.meta.get("val")):
         _check_dtype(node, val.dtype)
     args = fx.node.map_arg(node.args, lambda n: env[n])
@@ -498,7 +542,7 @@ def _output_view(ctx: LoweringContext, item: fx.Node, env: dict[fx.Node, Any],
     if not isinstance(base_value, StridedView) \
             or not (same_exprs(base_value.size, base_size) and same_exprs(base_value.stride, base_stride)):
         return None
-    if base.op == "call_function" and not any(step.name == base_value.buffer for step in ctx.steps):
+    if base.op == "call_function" and not any(base_value.buffer in step_names(step) for step in ctx.steps):
         return None  # an op passing a graph input through: eager's result is not the input's memory
     return StridedView(base_value.buffer, view_val.dtype, size, stride, base_value.offset + offset)
 

@@ -20,18 +20,22 @@ LoweringFn = Callable[..., Any]
 class Lowering:
     fn: LoweringFn
     kind: str  # "pointwise" | "reduction" | "view" | "extern" | "constant"
+    # Whether `fn` lowers this particular node (None: every node of the op): partitioners
+    # leave the others out of loopir's regions (see `lowerable`).
+    check: Callable[[Any], bool] | None = None
 
 
 class Lowerings(Mapping[torch._ops.OpOverload, Lowering]):
     def __init__(self, entries: Mapping[torch._ops.OpOverload, Lowering] | None = None) -> None:
         self._entries: dict[torch._ops.OpOverload, Lowering] = dict(entries or {})
 
-    def register(self, kind: str, *ops: torch._ops.OpOverload) -> Callable[[LoweringFn], LoweringFn]:
+    def register(self, kind: str, *ops: torch._ops.OpOverload,
+                 check: Callable[[Any], bool] | None = None) -> Callable[[LoweringFn], LoweringFn]:
         def decorate(fn: LoweringFn) -> LoweringFn:
             for op in ops:
                 if op in self._entries:
                     raise ValueError(f"{op} already has a lowering ({self._entries[op].fn.__name__})")
-                self._entries[op] = Lowering(fn, kind)
+                self._entries[op] = Lowering(fn, kind, check)
             return fn
 
         return decorate
@@ -52,6 +56,7 @@ class Lowerings(Mapping[torch._ops.OpOverload, Lowering]):
 def default_lowerings() -> Lowerings:
     """A fresh table with every lowering loopir ships."""
     from . import (
+        lower_attention,
         lower_indexing,
         lower_pointwise,
         lower_pooling,
@@ -65,7 +70,7 @@ def default_lowerings() -> Lowerings:
         lower_views,
     )
 
-    return (lower_pointwise.TABLE | lower_reduction.TABLE | lower_views.TABLE | lower_indexing.TABLE
+    return (lower_pointwise.TABLE | lower_attention.TABLE | lower_reduction.TABLE | lower_views.TABLE | lower_indexing.TABLE
             | lower_pooling.TABLE | lower_pooling_fractional.TABLE | lower_special.TABLE | lower_random.TABLE | lower_scan.TABLE
             | lower_scatter.TABLE | lower_segments.TABLE)
 
@@ -74,3 +79,20 @@ def supported_ops(lowerings: Lowerings | None = None) -> frozenset[torch._ops.Op
     """The ATen ops loopir can lower with `lowerings` (None: the default table), for
     partitioners: the same table `lower` gets through `LowerOptions.lowerings`."""
     return frozenset(lowerings if lowerings is not None else default_lowerings())
+
+
+def lowerable(node: Any, lowerings: Lowerings | None = None) -> bool:
+    """Whether loopir lowers this FX node: its op has a lowering whose `check` (if any)
+    accepts the node. A partition predicate next to `supported_ops`."""
+    table = lowerings if lowerings is not None else _default_table()
+    entry = table.get(getattr(node, "target", None))
+    return entry is not None and (entry.check is None or bool(entry.check(node)))
+
+
+_DEFAULT: list[Lowerings] = []
+
+
+def _default_table() -> Lowerings:
+    if not _DEFAULT:
+        _DEFAULT.append(default_lowerings())
+    return _DEFAULT[0]

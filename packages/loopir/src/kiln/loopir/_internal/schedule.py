@@ -24,7 +24,7 @@ from .ir import (
     merged_index,
     placement,
 )
-from .lower import ExternCall, LoweredGraph
+from .lower import ExternCall, LoweredGraph, step_names
 from .ops import ReadsWrites
 from .sizes import free_size_symbols, same_exprs
 from .values import StridedView
@@ -199,7 +199,7 @@ def _live_steps(lowered: LoweredGraph) -> list:
     live = {o.buffer for o in lowered.outputs if isinstance(o, StridedView)}
     kept = []
     for step in reversed(lowered.steps):
-        if step.name not in live:
+        if not step_names(step) & live:
             log.debug("dropping %s: its result is never used", step.name)
             continue
         kept.append(step)
@@ -231,7 +231,7 @@ def _dependency_order(items: list) -> list:
 
 
 def _produced(item) -> set[str]:
-    return {item.name} if isinstance(item, ExternCall) else {b.name for b in item.members}
+    return step_names(item) if isinstance(item, ExternCall) else {b.name for b in item.members}
 
 
 def _consumed(item) -> set[str]:
@@ -251,7 +251,7 @@ def _used_outside(groups: list, lowered: LoweredGraph) -> set[str]:
 def _buffer_specs(lowered: LoweredGraph) -> dict[str, BufferSpec]:
     specs = {i.spec.name: i.spec for i in lowered.inputs if i.spec is not None}
     for step in lowered.steps:
-        specs[step.name] = step.spec
+        specs.update((spec.name, spec) for spec in (step.specs if isinstance(step, ExternCall) else (step.spec,)))
     return specs
 
 

@@ -1,0 +1,107 @@
+"""Fused attention ops are extern calls inside kiln's region (loopir `lower_attention.py`):
+a transformer compiles to one region with no eager fallback, forward and backward."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kiln import loopir
+from kiln.integration import GraphReport, KilnOptions
+from kiln.integration._internal.backend import _compile
+from kiln.loopir._internal.lower_attention import ATTENTION_OPS
+
+aten = torch.ops.aten
+OPTIONS = {"fallback": False}
+
+
+class Block(torch.nn.Module):
+    """Projections, causal attention and a residual: the attention sits between kernels."""
+
+    def __init__(self, width: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, width = x.shape
+        q, k, v = (t.view(batch, seq, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        y = F.scaled_dot_product_attention(torch.tanh(q), k, v, is_causal=True)
+        return torch.layer_norm(x + self.out(y.transpose(1, 2).reshape(batch, seq, width)), (width,))
+
+
+def _attention_calls(graph: fx.Graph) -> list[fx.Node]:
+    return [n for n in graph.nodes if n.op == "call_function" and n.target in ATTENTION_OPS]
+
+
+def _recorded(fn, reports: list[GraphReport]):
+    options = KilnOptions.create(OPTIONS)
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=lambda gm, example_inputs: _compile(gm, example_inputs, options, reports.append))
+
+
+def _attention_lowered(report: GraphReport) -> list[str]:
+    return [op for op in report.lowered_nodes if "scaled_dot_product" in op]
+
+
+def test_inference_is_one_region_with_the_attention_as_an_extern():
+    torch.manual_seed(0)
+    block, x = Block().eval(), torch.randn(2, 8, 32)
+    reports: list[GraphReport] = []
+    with torch.no_grad():
+        got = _recorded(block, reports)(x)
+        want = block(x)
+    (report,) = reports
+    assert report.fallback_nodes == () and report.kernels > 0 and report.externs >= 3  # qkv, attention, out
+    assert _attention_lowered(report), report.lowered_nodes
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_training_gradients_match_eager_with_forward_and_backward_attention_externs():
+    torch.manual_seed(0)
+    block, x = Block(), torch.randn(2, 8, 32, requires_grad=True)
+    reports: list[GraphReport] = []
+    _recorded(block, reports)(x).square().mean().backward()
+    got = [x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
+    assert [r.backward for r in reports] == [False, True]
+    for report in reports:  # the forward's attention and the backward's attention backward
+        assert report.fallback_nodes == () and _attention_lowered(report), report
+    x.grad = None
+    block.zero_grad()
+    block(x).square().mean().backward()
+    want = [x.grad] + [p.grad for p in block.parameters()]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_lowering_keeps_one_call_and_buffers_only_for_the_results_read():
+    q, k, v = (torch.randn(1, 2, 8, 4) for _ in range(3))
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q * 2, k, v) + 1
+
+    gm = make_fx(fn, tracing_mode="fake")(q, k, v)
+    calls = _attention_calls(gm.graph)
+    if not calls:
+        pytest.skip("this torch traces scaled_dot_product_attention without a fused op on the CPU")
+    kernel_graph = loopir.lower(gm)
+    (extern,) = kernel_graph.externs
+    read = {u.args[1] for u in calls[0].users if u.target is operator.getitem}
+    assert [i for i, spec in enumerate(extern.items) if spec is not None] == sorted(read)
+    torch.testing.assert_close(kernel_graph.gm(q, k, v), fn(q, k, v))
+
+
+def test_a_symbolic_result_read_by_a_later_op_keeps_the_node_out_of_loopir():
+    graph = fx.Graph()
+    node = graph.call_function(aten._scaled_dot_product_flash_attention_for_cpu.default, ())
+    node.meta["val"] = (torch.empty(1), object())
+    graph.call_function(operator.getitem, (node, 0))
+    assert loopir.lowerable(node)
+    graph.call_function(operator.getitem, (node, 1))
+    assert not loopir.lowerable(node)  # an object that is neither a tensor nor an int
