@@ -2,7 +2,7 @@
 and the `libdevice` they call as `libdevice.<name>`.
 
 Device functions exist where `triton.language` has no long-stable op with torch's semantics:
-NaN-propagating maximum/minimum (torch.maximum, amax), tanh, pow with a tensor exponent, Python's
+NaN-propagating maximum/minimum (torch.maximum, amax), pow with a tensor exponent, Python's
 floor division and remainder, torch's shifts. Generated sources import this module, so it is
 only imported once a kernel is compiled (never by `generate`).
 
@@ -30,7 +30,7 @@ LIBDEVICE_FUNCTIONS = {
     "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
     "erfc": "erfc", "erfinv": "erfinv", "lgamma": "lgamma", "exp2": "exp2", "log2": "log2",
     "log10": "log10", "trunc": "trunc", "rint": "round", "atan2": "atan2", "hypot": "hypot",
-    "copysign": "copysign", "nextafter": "nextafter",
+    "copysign": "copysign", "nextafter": "nextafter", "tanh": "tanh", "expm1": "expm1", "log1p": "log1p",
 }
 
 
@@ -83,25 +83,6 @@ def minimum(a, b):
 
 
 @triton.jit
-def tanh(x):
-    """tanh from exp, with an odd Taylor series near 0 where 1 - exp(-2|x|) cancels."""
-    ax = tl.abs(x)
-    e = tl.exp(-2.0 * ax)
-    large = (1.0 - e) / (1.0 + e)
-    large = tl.where(x < 0, -large, large)
-    x2 = x * x
-    # Series through x**13: truncation error below 4e-16 relative for |x| < 0.125.
-    series = 21844.0 / 6081075.0
-    series = -1382.0 / 155925.0 + x2 * series
-    series = 62.0 / 2835.0 + x2 * series
-    series = -17.0 / 315.0 + x2 * series
-    series = 2.0 / 15.0 + x2 * series
-    series = -1.0 / 3.0 + x2 * series
-    series = x + x * x2 * series
-    return tl.where(ax < 0.125, series, large)
-
-
-@triton.jit
 def pow(x, y):  # noqa: A001 (the loopir op's name)
     """Floating-point pow with a tensor exponent, following C pow's special cases for
     negative bases (odd/even integer exponents, NaN otherwise), zero exponents and base 1."""
@@ -115,16 +96,9 @@ def pow(x, y):  # noqa: A001 (the loopir op's name)
 
 
 @triton.jit
-def expm1(x):
-    """exp(x) - 1 without cancellation near 0: 2 t / (1 - t) with t = tanh(x / 2)."""
-    t = tanh(0.5 * x)
-    small = 2.0 * t / (1.0 - t)
-    return tl.where(tl.abs(x) < 0.5, small, tl.exp(x) - 1.0)
-
-
-@triton.jit
 def log1p(x):
-    """log(1 + x) without cancellation near 0 (Goldberg's correction: log(u) * x / (u - 1))."""
+    """log(1 + x) without cancellation near 0 (Goldberg's correction: log(u) * x / (u - 1)), for
+    the logaddexp scan's combine (generated kernels call libdevice.log1p)."""
     u = 1.0 + x
     corrected = tl.log(u) * (x / (u - 1.0))
     return tl.where(u == 1.0, x, tl.where(tl.abs(x) < 0.5, corrected, tl.log(u)))

@@ -43,13 +43,12 @@ TL_DTYPES = {
 
 _UNARY = {
     "neg": "-{0}", "exp": "tl.exp({0})", "log": "tl.log({0})", "sigmoid": "tl.sigmoid({0})",
-    "erf": "tl.erf({0})", "expm1": "kiln_device.expm1({0})", "log1p": "kiln_device.log1p({0})",
-    "tanh": "kiln_device.tanh({0})", "relu": "tl.where({0} < 0, 0, {0})", "abs": "tl.abs({0})",
+    "erf": "tl.erf({0})", "relu": "tl.where({0} < 0, 0, {0})", "abs": "tl.abs({0})",
     "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "1.0 / {0}",
     "logical_not": "{0} == 0", "identity": "{0}",
     **{name: f"libdevice.{name}({{0}})" for name in (
         "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "erfinv",
-        "lgamma", "exp2", "log2", "log10", "trunc")},
+        "lgamma", "exp2", "log2", "log10", "trunc", "tanh", "expm1", "log1p")},
     "round": "libdevice.rint({0})",  # half to even
     "ceil": "tl.ceil({0})", "floor": "tl.floor({0})",
     "sign": "kiln_device.sign({0})", "signbit": "kiln_device.signbit({0})",
