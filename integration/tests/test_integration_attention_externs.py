@@ -105,3 +105,25 @@ def test_a_symbolic_result_read_by_a_later_op_keeps_the_node_out_of_loopir():
     assert loopir.lowerable(node)
     graph.call_function(operator.getitem, (node, 1))
     assert not loopir.lowerable(node)  # an object that is neither a tensor nor an int
+
+
+def test_dynamic_shapes_training_matches_eager_at_two_sequence_lengths():
+    """Under dynamic shapes the attention stays one extern call (on a GPU its max sequence
+    lengths are symbolic results the backward reads: that node then stays with eager)."""
+    torch.manual_seed(0)
+    block = Block()
+    reports: list[GraphReport] = []
+    compiled = _recorded(block, reports)
+    for seq in (8, 12):
+        x = torch.randn(2, seq, 32, requires_grad=True)
+        torch._dynamo.mark_dynamic(x, 1)
+        compiled(x).square().mean().backward()
+        got = [x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
+        x.grad = None
+        block.zero_grad()
+        block(x).square().mean().backward()
+        want = [x.grad] + [p.grad for p in block.parameters()]
+        block.zero_grad()
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    assert len(reports) == 2 and all(r.compiled and r.kernels > 0 for r in reports)  # one dynamic graph
