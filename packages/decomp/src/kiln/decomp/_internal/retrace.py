@@ -125,8 +125,11 @@ def _keep_output_layouts(gm: fx.GraphModule, result: fx.GraphModule) -> None:
     before, after = _output_nodes(gm), _output_nodes(result)
     if len(before) != len(after):
         return
+    from_differing = _computed_from_differing_layouts(gm)
     for old, new in zip(before, after):
         if not (isinstance(old, fx.Node) and isinstance(new, fx.Node)) or new.op != "call_function":
+            continue
+        if old in from_differing:
             continue
         old_val, new_val = _eager_layout_value(old), new.meta.get("val")
         if not (isinstance(old_val, torch.Tensor) and isinstance(new_val, torch.Tensor)):
@@ -143,6 +146,17 @@ def _keep_output_layouts(gm: fx.GraphModule, result: fx.GraphModule) -> None:
 # into a tensor of the input's suggested memory format (channels-last stays channels-last; a
 # transposed matrix gives a contiguous one), its meta kernel returns a contiguous tensor.
 _EAGER_KEEPS_INPUT_LAYOUT = frozenset({torch.ops.aten.roll.default})
+
+
+def _computed_from_differing_layouts(gm: fx.GraphModule) -> set[fx.Node]:
+    """Nodes computed from an op of `_EAGER_KEEPS_INPUT_LAYOUT` (not the op itself): their
+    recorded fakes follow its meta kernel's layout (a pointwise op of a channels-last roll is
+    contiguous there, channels-last in eager), so the retraced fakes are the better guess."""
+    differing: set[fx.Node] = set()
+    for node in gm.graph.nodes:
+        if any(arg in differing or arg.target in _EAGER_KEEPS_INPUT_LAYOUT for arg in node.all_input_nodes):
+            differing.add(node)
+    return differing
 
 
 def _eager_layout_value(node: fx.Node) -> Any:
