@@ -142,9 +142,10 @@ def _keep_output_layouts(gm: fx.GraphModule, result: fx.GraphModule) -> None:
             new.meta["tensor_meta"] = _extract_tensor_metadata(old_val)
 
 
-# Ops whose meta kernel lays the output out otherwise than eager's kernels: eager's roll writes
-# into a tensor of the input's suggested memory format (channels-last stays channels-last; a
-# transposed matrix gives a contiguous one), its meta kernel returns a contiguous tensor.
+# Ops whose meta kernel lays the output out otherwise than eager's kernels: eager's CPU roll
+# writes into a tensor of the input's suggested memory format (channels-last stays
+# channels-last; a transposed matrix gives a contiguous one), its meta kernel (and eager's CUDA
+# kernel) returns a contiguous tensor.
 _EAGER_KEEPS_INPUT_LAYOUT = frozenset({torch.ops.aten.roll.default})
 
 
@@ -163,13 +164,19 @@ def _eager_layout_value(node: fx.Node) -> Any:
     """The node's recorded value, with the strides eager gives it where the meta kernel's differ
     (`_EAGER_KEEPS_INPUT_LAYOUT`: those of empty_like(input))."""
     value = _recorded_value(node)
-    if node.target not in _EAGER_KEEPS_INPUT_LAYOUT or not isinstance(value, FakeTensor):
+    if node.target not in _EAGER_KEEPS_INPUT_LAYOUT or not isinstance(value, FakeTensor) \
+            or value.device.type != "cpu" or not _roll_dims(node):
         return value
     source = _recorded_value(node.args[0]) if isinstance(node.args[0], fx.Node) else None
     if not (isinstance(source, FakeTensor) and _exprs(source.shape) == _exprs(value.shape)):
         return value
     with value.fake_mode:
         return torch.empty_like(source, dtype=value.dtype, memory_format=suggest_memory_format(source))
+
+
+def _roll_dims(node: fx.Node) -> Any:
+    """The dims a roll node rolls along (none: eager rolls the flattened tensor, contiguous)."""
+    return node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", ())
 
 
 def _exprs(sizes: Sequence[Any]) -> tuple[Any, ...]:
