@@ -248,6 +248,24 @@ def test_composite_kernels_that_escape_functionalization_are_functionalized() ->
     torch.testing.assert_close(weight, expected_weight)
 
 
+def test_second_functionalization_under_symbolic_sizes() -> None:
+    # rms_norm's composite kernel adds eps in place (a second functionalization), then lerp of a
+    # 0-d value broadcasts under symbolic sizes: its meta function's expand needs the python
+    # dispatcher (fuzzer seed 26000700: "SymIntArrayRef expected to contain only concrete integers").
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        normed = torch.nn.functional.rms_norm(x, x.shape[-1:])
+        return torch.lerp(x.abs().amax(), normed, 0.3)
+
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    traced = trace_inference(torch.fx.symbolic_trace(fn), [fake_mode.from_tensor(torch.randn(3, 4))])
+
+    verify(traced)
+    assert aten.add_.Scalar not in call_targets(traced)
+    for shape in [(3, 4), (2, 5)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(traced(x), fn(x))
+
+
 def test_multi_output_ops_and_data_dependent_sizes() -> None:
     def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         parts = torch.split(x, 1)

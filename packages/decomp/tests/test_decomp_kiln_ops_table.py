@@ -21,6 +21,10 @@ def r(*shape, dtype=torch.float64, scale=1.0):
     return (torch.randn(shape, generator=_gen, dtype=torch.float64) * scale).to(dtype)
 
 
+def _channels_last(t):
+    return t.contiguous(memory_format=torch.channels_last)
+
+
 def pos(*shape, dtype=torch.float64):
     return (torch.rand(shape, generator=_gen, dtype=torch.float64) + 0.5).to(dtype)
 
@@ -55,6 +59,12 @@ CASES = {
     aten.full_like.default: [("like", lambda x: aten.full_like.default(x, 2.0), [r(3)])],
     aten.copy.default: [
         ("broadcast_cast", lambda x, y: aten.copy.default(x, y), [r(3, 4), r(4, dtype=torch.float32)]),
+        ("channels_last", lambda x, y: aten.copy.default(x, y), [_channels_last(r(2, 3, 4, 5)), r(2, 3, 4, 5)]),
+    ],
+    aten.roll.default: [
+        ("channels_last", lambda x: aten.roll.default(x, [1, -2], [0, 2]), [_channels_last(r(2, 3, 4, 5))]),
+        ("transposed", lambda x: aten.roll.default(x, [2], [1]), [r(5, 4).t()]),
+        ("flattened", lambda x: aten.roll.default(x, [3]), [_channels_last(r(2, 3, 4, 5))]),
     ],
     aten.take.default: [
         ("nd", lambda x, i: aten.take.default(x, i), [r(3, 4), torch.tensor([[0, -1], [5, 11]])]),
@@ -242,6 +252,9 @@ def test_every_kiln_op_has_cases():
     assert set(CASES) == set(kiln_table())
 
 
+# ops whose decompositions lay the result out as eager's kernel does (issue 19)
+_LAYOUT_CHECKED = frozenset({aten.copy.default, aten.roll.default})
+
 # ops torch has no meta kernel for (the test says so when torch gets one)
 _NO_META_KERNEL = frozenset({aten.fractional_max_pool3d_backward.default})
 
@@ -284,3 +297,5 @@ def test_kiln_decomposition_matches_eager(op, name, fn, inputs, mode):
             continue
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
         torch.testing.assert_close(g, w, equal_nan=True, **_tolerance(inputs))
+        if op in _LAYOUT_CHECKED:
+            assert g.stride() == w.stride(), f"{op} {name}: strides {g.stride()}, eager's {w.stride()}"

@@ -13,12 +13,12 @@ Meta keys written: ``meta["val"]`` of such output nodes (same dtype and sizes, o
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from kiln import loopir
 
@@ -38,24 +38,30 @@ def keep_output_layouts(aten_graph: fx.GraphModule, decomposed: fx.GraphModule, 
     if len(before) != len(after):
         return 0
     table = lowerings if lowerings is not None else loopir.default_lowerings()
+    differs = _meta_layout_differs(aten_graph)
     changed = 0
     for source, node in zip(before, after):
         if not isinstance(source, fx.Node) or not isinstance(node, fx.Node) or node.op != "call_function" \
-                or (node.target in table and table[node.target].kind == "extern") or _meta_differs(source):
+                or (node.target in table and table[node.target].kind == "extern") or source in differs:
             continue
         eager, val = source.meta.get("val"), node.meta.get("val")
         if isinstance(eager, torch.Tensor) and isinstance(val, torch.Tensor) and eager.dtype == val.dtype \
-                and eager.device == val.device and _text(eager.shape) == _text(val.shape) \
+                and eager.device == val.device and _same_sizes(eager.shape, val.shape) \
                 and _significant_strides(eager) != _significant_strides(val):
             node.meta["val"] = eager
             changed += 1
     return changed
 
 
-def _meta_differs(node: fx.Node) -> bool:
-    """Whether `node` (or the multi-output op it takes an item of) is in `META_LAYOUT_DIFFERS`."""
-    producer = node.args[0] if node.target is operator.getitem and node.args else node
-    return isinstance(producer, fx.Node) and producer.target in META_LAYOUT_DIFFERS
+def _meta_layout_differs(graph_module: fx.GraphModule) -> set[fx.Node]:
+    """Nodes of an op in `META_LAYOUT_DIFFERS` and every node computed from one: their fakes
+    follow the meta function's layout (a pointwise op of a channels-last `roll` is contiguous
+    there, channels-last in eager), so the decomposed graph's own fakes are the better guess."""
+    differs: set[fx.Node] = set()
+    for node in graph_module.graph.nodes:
+        if node.target in META_LAYOUT_DIFFERS or any(arg in differs for arg in node.all_input_nodes):
+            differs.add(node)
+    return differs
 
 
 def _output_leaves(graph_module: fx.GraphModule) -> list[Any]:
@@ -66,6 +72,14 @@ def _output_leaves(graph_module: fx.GraphModule) -> list[Any]:
 def _significant_strides(val: torch.Tensor) -> list[str]:
     """Strides of the dims longer than 1 (a dim of size 1 has any stride), as text."""
     return [str(st) for n, st in zip(val.shape, val.stride()) if str(n) != "1"]
+
+
+def _same_sizes(eager: Any, decomposed: Any) -> bool:
+    """Whether two shapes are equal at every size, without adding shape guards: a view's meta
+    may spell a size otherwise (`(s10**2)//s10` for `s10`, group_norm's decomposition)."""
+    if _text(eager) == _text(decomposed):
+        return True
+    return len(eager) == len(decomposed) and all(statically_known_true(a == b) for a, b in zip(eager, decomposed))
 
 
 def _text(values: Any) -> list[str]:

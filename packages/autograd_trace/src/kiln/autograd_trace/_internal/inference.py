@@ -188,7 +188,9 @@ def _refunctionalize(
         return torch.fx.Interpreter(traced).run(*flat)
 
     tracer = make_fx(functionalize(rerun, remove="mutations"), tracing_mode="real")
-    with fx_traceback.preserve_node_meta(), fake_mode, torch.no_grad():
+    # The python dispatcher, as in the first trace: under symbolic sizes, meta functions call
+    # ops (expand) whose C++ kernels reject SymInts.
+    with fx_traceback.preserve_node_meta(), enable_python_dispatcher(), fake_mode, torch.no_grad():
         result = tracer(*flat_inputs)
     log.debug("functionalized a second time: mutations were left after the first trace")
     return result

@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch._refs
+from torch._prims_common import suggest_memory_format
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .decomp_activations import ACTIVATION_DECOMPOSITIONS
 from .decomp_indexing import INDEXING_DECOMPOSITIONS
@@ -151,18 +154,28 @@ def clamp_tensor(x, min=None, max=None):  # argument names are ATen's (calls pas
     return out
 
 
-def _dense_order(x: torch.Tensor) -> list[int] | None:
+def _dense_order(x: torch.Tensor, symbolic: bool = False) -> list[int] | None:
     """Dims of a non-overlapping, dense ``x`` from outermost to innermost stride; None when
-    ``x`` is not dense or its strides are symbolic."""
-    if not all(isinstance(v, int) for v in (*x.shape, *x.stride())):
+    ``x`` is not dense, or (unless ``symbolic``) its strides are symbolic. Symbolic strides are
+    ordered by the example's values and checked dense at every size (no shape guard added)."""
+    hints = [_hint(v) for v in (*x.shape, *x.stride())]
+    if None in hints or (not symbolic and not all(isinstance(v, int) for v in (*x.shape, *x.stride()))):
         return None
-    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.shape[d]))
+    sizes, strides = hints[: x.dim()], hints[x.dim():]
+    order = sorted(range(x.dim()), key=lambda d: (-strides[d], -sizes[d]))
     expected = 1
     for d in reversed(order):
-        if x.shape[d] != 1 and x.stride(d) != expected:
+        if not statically_known_true(x.shape[d] == 1) and not statically_known_true(x.stride(d) == expected):
             return None
-        expected *= x.shape[d]
+        expected = expected * x.shape[d]
     return order
+
+
+def _hint(value: int | torch.SymInt) -> int | None:
+    """An int, or the value a SymInt has in the example inputs (None: data-dependent)."""
+    if isinstance(value, torch.SymInt):
+        return int(value.node.hint) if value.node.has_hint() else None
+    return int(value)
 
 
 @decomposes(aten.full_like.default)
@@ -200,7 +213,26 @@ def copy(self, src, non_blocking=False):
         return NotImplemented
     value = src if src.dtype == self.dtype else aten._to_copy.default(src, dtype=self.dtype)
     expanded = aten.expand.default(value, list(self.shape))
-    return aten.clone.default(expanded, memory_format=torch.contiguous_format)
+    # Laid out as `self`, whose storage eager's copy_ writes: a channels-last input written in
+    # place stays channels-last, and so does what is computed from it (lerp follows it).
+    order = _dense_order(self, symbolic=True)
+    if order is None or order == list(range(self.dim())):
+        return aten.clone.default(expanded, memory_format=torch.contiguous_format)
+    permuted = aten.clone.default(aten.permute.default(expanded, order), memory_format=torch.contiguous_format)
+    return aten.permute.default(permuted, sorted(range(self.dim()), key=order.__getitem__))
+
+
+@decomposes(aten.roll.default)
+def roll(self, shifts, dims=()):
+    """torch's reference roll, laid out as eager's: eager's CPU kernel writes into a tensor of
+    the input's suggested memory format (channels-last stays channels-last), torch's reference
+    (and eager's CUDA kernel) returns a contiguous one. Without dims, eager rolls the flattened
+    tensor: contiguous too."""
+    rolled = torch._refs.roll(self, shifts, dims)
+    memory_format = suggest_memory_format(self)
+    if self.device.type != "cpu" or not dims or memory_format == torch.contiguous_format:
+        return rolled
+    return aten.clone.default(rolled, memory_format=memory_format)
 
 
 @decomposes(aten.take.default)
@@ -271,6 +303,7 @@ BASIC_DECOMPOSITIONS = (
     clamp_tensor,
     full_like,
     copy,
+    roll,
     take,
     new_empty_strided,
     unbind_copy,

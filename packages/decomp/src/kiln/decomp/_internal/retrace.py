@@ -125,8 +125,11 @@ def _keep_output_layouts(gm: fx.GraphModule, result: fx.GraphModule) -> None:
     before, after = _output_nodes(gm), _output_nodes(result)
     if len(before) != len(after):
         return
+    from_differing = _computed_from_differing_layouts(gm)
     for old, new in zip(before, after):
         if not (isinstance(old, fx.Node) and isinstance(new, fx.Node)) or new.op != "call_function":
+            continue
+        if old in from_differing:
             continue
         old_val, new_val = _eager_layout_value(old), new.meta.get("val")
         if not (isinstance(old_val, torch.Tensor) and isinstance(new_val, torch.Tensor)):
@@ -139,23 +142,41 @@ def _keep_output_layouts(gm: fx.GraphModule, result: fx.GraphModule) -> None:
             new.meta["tensor_meta"] = _extract_tensor_metadata(old_val)
 
 
-# Ops whose meta kernel lays the output out otherwise than eager's kernels: eager's roll writes
-# into a tensor of the input's suggested memory format (channels-last stays channels-last; a
-# transposed matrix gives a contiguous one), its meta kernel returns a contiguous tensor.
+# Ops whose meta kernel lays the output out otherwise than eager's kernels: eager's CPU roll
+# writes into a tensor of the input's suggested memory format (channels-last stays
+# channels-last; a transposed matrix gives a contiguous one), its meta kernel (and eager's CUDA
+# kernel) returns a contiguous tensor.
 _EAGER_KEEPS_INPUT_LAYOUT = frozenset({torch.ops.aten.roll.default})
+
+
+def _computed_from_differing_layouts(gm: fx.GraphModule) -> set[fx.Node]:
+    """Nodes computed from an op of `_EAGER_KEEPS_INPUT_LAYOUT` (not the op itself): their
+    recorded fakes follow its meta kernel's layout (a pointwise op of a channels-last roll is
+    contiguous there, channels-last in eager), so the retraced fakes are the better guess."""
+    differing: set[fx.Node] = set()
+    for node in gm.graph.nodes:
+        if any(arg in differing or arg.target in _EAGER_KEEPS_INPUT_LAYOUT for arg in node.all_input_nodes):
+            differing.add(node)
+    return differing
 
 
 def _eager_layout_value(node: fx.Node) -> Any:
     """The node's recorded value, with the strides eager gives it where the meta kernel's differ
     (`_EAGER_KEEPS_INPUT_LAYOUT`: those of empty_like(input))."""
     value = _recorded_value(node)
-    if node.target not in _EAGER_KEEPS_INPUT_LAYOUT or not isinstance(value, FakeTensor):
+    if node.target not in _EAGER_KEEPS_INPUT_LAYOUT or not isinstance(value, FakeTensor) \
+            or value.device.type != "cpu" or not _roll_dims(node):
         return value
     source = _recorded_value(node.args[0]) if isinstance(node.args[0], fx.Node) else None
     if not (isinstance(source, FakeTensor) and _exprs(source.shape) == _exprs(value.shape)):
         return value
     with value.fake_mode:
         return torch.empty_like(source, dtype=value.dtype, memory_format=suggest_memory_format(source))
+
+
+def _roll_dims(node: fx.Node) -> Any:
+    """The dims a roll node rolls along (none: eager rolls the flattened tensor, contiguous)."""
+    return node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", ())
 
 
 def _exprs(sizes: Sequence[Any]) -> tuple[Any, ...]:

@@ -51,8 +51,11 @@ class LowerOptions:
     output_views: an output eager returns as a view of a computed value or input whose strides
         no buffer of its own can have (``expand``'s 0, a slice's gaps under dynamic shapes) is a
         view of that value, computed in its eager layout (`output_views.py`). False stores it on
-        its own, contiguous: for graphs whose outputs leave through an `autograd.Function`
-        (training), where a view created inside it cannot be modified in place.
+        its own, contiguous, and an output that views a buffer something else reads is a copy:
+        for graphs whose outputs leave through an `autograd.Function` (training), where a view
+        created inside it cannot be modified in place. Either way, an output viewing a kernel's
+        buffer nothing else reads (one computed in memory order) is no view: a tensor of its own
+        over that storage.
     """
 
     lowerings: Lowerings | None = None
@@ -76,7 +79,7 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     lowered = lower_graph(gm, options.lowerings, options.round_low_precision, options.recompute_cheap,
                           options.split_reductions, options.output_views, options.recompute_transcendental)
     plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
-    kg = build_kernel_graph(gm, lowered, plan)
+    kg = build_kernel_graph(gm, lowered, plan, copy_shared_views=not options.output_views)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),
               len(kg.kernels), len(kg.externs))
     return kg

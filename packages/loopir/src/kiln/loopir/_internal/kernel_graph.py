@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -76,6 +77,56 @@ def internal_view(tensor: torch.Tensor, size: list[int], stride: list[int], offs
     if _REINTERPRET is None or tensor.requires_grad:
         return strided_view(tensor, size, stride, offset)
     return _REINTERPRET(tensor, size, stride, offset)
+
+
+def restrided_buffer(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
+    """`strided_view`'s elements as a tensor of its own over `tensor`'s storage, not a view of
+    `tensor` (a kernel's buffer nothing else holds), where they are all of its elements (a
+    value computed in memory order: eager's result is no view, and a view returned through an
+    `autograd.Function` could not be modified in place); else a view, as eager's (an expand)."""
+    if offset != 0 or math.prod(size) != tensor.numel():
+        return strided_view(tensor, size, stride, offset)
+    result = torch.empty((0,), dtype=tensor.dtype, device=tensor.device)
+    return result.set_(tensor.untyped_storage(), tensor.storage_offset() + offset, size, stride)
+
+
+def copied_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
+    """`strided_view`'s elements copied into a tensor of their own, in the same dim order."""
+    return strided_view(tensor, size, stride, offset).clone()
+
+
+def _unview_outputs(graph: fx.Graph, copy_shared: bool) -> None:
+    """A `strided_view` that is the only reader of a kernel's buffer (an output computed in
+    memory order: a channels-last value, `(x + 1).t()`) becomes a `restrided_buffer`: same
+    storage and strides, no view of a tensor kept alive when it covers the whole buffer.
+    With `copy_shared` (outputs leave through an `autograd.Function`), an output that views a
+    kernel's or an extern's buffer something else reads is a `copied_view`: modifiable in place."""
+    for node in graph.nodes:
+        if node.target is strided_view and _kernel_buffer(node.args[0]) and len(node.args[0].users) == 1:
+            node.target = restrided_buffer
+    if not copy_shared:
+        return
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    shared = {n for n in output.all_input_nodes if n.target is strided_view and _computed_buffer(n.args[0])}
+    for node in shared:
+        with graph.inserting_before(output):
+            copy = graph.call_function(copied_view, node.args)
+        output.replace_input_with(node, copy)
+
+
+def _kernel_buffer(node: Any) -> bool:
+    return (isinstance(node, fx.Node) and node.target is operator.getitem and isinstance(node.args[0], fx.Node)
+            and isinstance(node.args[0].target, Kernel))
+
+
+def _computed_buffer(node: Any) -> bool:
+    """A kernel's or an extern's result (not a graph input, nor a view of one); a result of a
+    multi-output extern is its `getitem` passed through `ensure_layout`."""
+    if not isinstance(node, fx.Node):
+        return False
+    if node.target is ensure_layout and isinstance(node.args[0], fx.Node) and node.args[0].target is operator.getitem:
+        node = node.args[0].args[0]
+    return _kernel_buffer(node) or isinstance(node.target, torch._ops.OpOverload)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -456,13 +507,18 @@ def _get_attr(gm: fx.GraphModule, target: str) -> Any:
     return obj
 
 
-def build_kernel_graph(source: fx.GraphModule, lowered: LoweredGraph, plan: Schedule) -> KernelGraph:
+def build_kernel_graph(source: fx.GraphModule, lowered: LoweredGraph, plan: Schedule,
+                       copy_shared_views: bool = False) -> KernelGraph:
+    """The kernel graph running `plan`'s kernels and externs. Outputs are never views of a
+    kernel's buffer nothing else reads (`restrided_buffer`); with `copy_shared_views`, outputs
+    that view a computed buffer are copies (`_unview_outputs`)."""
     builder = _Builder(source, lowered)
     builder.inputs()
     for item in plan.items:
         builder.kernel(item) if isinstance(item, Kernel) else builder.extern(item)
     output_node = next(n for n in source.graph.nodes if n.op == "output")
     builder.output(isinstance(output_node.args[0], (tuple, list)))
+    _unview_outputs(builder.graph, copy_shared_views)
     gm = fx.GraphModule(builder.root, builder.graph)
     kernels = tuple(i for i in plan.items if isinstance(i, Kernel))
     externs = tuple(i for i in plan.items if isinstance(i, ExternCall))

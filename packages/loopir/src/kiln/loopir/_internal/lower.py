@@ -236,7 +236,7 @@ def eager_strides(like: Any, size: Sequence[Expr]) -> tuple[Expr, ...] | None:
     the dense strides of that order, as expressions (so they hold at every size)."""
     if not isinstance(like, torch.Tensor) or len(like.shape) != len(size):
         return None
-    stride = to_exprs(like.stride())
+    stride = tuple(_unit_max_dropped(s) for s in to_exprs(like.stride()))
     if not same_exprs(to_exprs(like.shape), size):
         return None
     if same_exprs(stride, contiguous_strides(size)):
@@ -246,13 +246,30 @@ def eager_strides(like: Any, size: Sequence[Expr]) -> tuple[Expr, ...] | None:
         return None  # an unbacked (data-dependent) stride: no order known at compile time
     if all(e.is_Integer for e in (*stride, *size)):
         return stride if _non_overlapping([int(s) for s in size], hints) else None
-    order = sorted(range(len(size)), key=lambda d: (hints[d], -d))
-    expected: Expr = sympy.Integer(1)
-    for d in order:
-        if size[d] != 1 and sympy.simplify(stride[d] - expected) != 0:
-            return None
-        expected = expected * size[d]
-    return stride
+    return stride if _symbolic_non_overlapping(size, stride, hints) else None
+
+
+def _symbolic_non_overlapping(size: Sequence[Expr], stride: Sequence[Expr], hints: list[int]) -> bool:
+    """`_non_overlapping` for symbolic strides, ordered by their hints: each dim's stride is at
+    least the extent of the dims inside it at every size (a dense layout, or one with gaps: a
+    `select` of a channels-last value, `(s0**2*s1, 1, s0)`)."""
+    end: Expr = sympy.Integer(1)
+    for d in sorted(range(len(size)), key=lambda d: (hints[d], -d)):
+        if size[d] == 1:
+            continue
+        if sympy.simplify(stride[d] - end).is_nonnegative is not True:
+            return False
+        end = end + stride[d] * (size[d] - 1)
+    return True
+
+
+def _unit_max_dropped(stride: Expr) -> Expr:
+    """`stride` with the `Max(1, size)` factors of torch's dense strides (which guard against
+    empty dims) read as `size`: they differ only for an empty tensor, where no stride addresses
+    anything. Kept, `s25*Max(1, (s63 + 1)//2)` would not be seen as dense (a sliced `to(...)`)."""
+    return stride.replace(
+        lambda e: isinstance(e, sympy.Max) and len(e.args) == 2 and sympy.S.One in e.args,
+        lambda e: next(a for a in e.args if a != sympy.S.One))
 
 
 def _non_overlapping(size: list[int], stride: list[int]) -> bool:

@@ -8,7 +8,7 @@ Reads (on the ATen graph given to `lower`):
   * ``meta["stack_trace"]``: optional; quoted in error messages so they point at user code.
 
 Writes: nothing on the input graph. The kernel graph's nodes are plain FX nodes whose targets
-are `Kernel` objects, ATen extern ops, `strided_view`, `aten.sym_size`/`sym_stride` and
+are `Kernel` objects, ATen extern ops, `strided_view`, `restrided_buffer`, `copied_view`, `ensure_layout`, `aten.sym_size`/`sym_stride` and
 `operator`/`torch.sym_max`/`torch.sym_min` arithmetic on sizes; descriptions live on the
 `KernelGraph` record, not in meta.
 """
