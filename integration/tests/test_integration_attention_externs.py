@@ -127,3 +127,29 @@ def test_dynamic_shapes_training_matches_eager_at_two_sequence_lengths():
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
     assert len(reports) == 2 and all(r.compiled and r.kernels > 0 for r in reports)  # one dynamic graph
+
+
+def test_a_training_output_viewing_an_attention_result_read_again_can_be_modified_in_place():
+    """The attention's result is a view returned and also read by a kernel: in training the
+    returned view is a copy of its own (an autograd.Function's output modified in place)."""
+    def fn(q, k, v):
+        y = F.scaled_dot_product_attention(q, k, v)
+        return y.transpose(1, 2), (y * 2).sum()
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3))
+    reports: list[GraphReport] = []
+    view, total = _recorded(fn, reports)(q, k, v)
+    assert reports[0].fallback_nodes == () and _attention_lowered(reports[0])
+    want_view, want_total = fn(q, k, v)
+    torch.testing.assert_close(view, want_view)
+    assert view.stride() == want_view.stride()
+    view.add_(1)  # an error if it were a view created inside the custom Function
+    (view.sum() + total).backward()
+    got = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    want_view = want_view.clone().add_(1)
+    (want_view.sum() + want_total).backward()
+    for g, t in zip(got, (q, k, v)):
+        torch.testing.assert_close(g, t.grad, rtol=1e-4, atol=1e-5)
