@@ -379,6 +379,14 @@ class _Builder:
                 return result
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp > 0:
             return self.graph.call_function(operator.pow, (self._computed(expr.base), int(expr.exp)))
+        rounded = _rounded_quotient(expr)
+        if rounded is not None:  # ceil(a / b) as -(-a // b), floor(a / b) as a // b
+            up, (a, b) = rounded
+            if not up:
+                return self.graph.call_function(operator.floordiv, (self._computed(a), self._computed(b)))
+            negated = self.graph.call_function(operator.neg, (self._computed(a),))
+            quotient = self.graph.call_function(operator.floordiv, (negated, self._computed(b)))
+            return self.graph.call_function(operator.neg, (quotient,))
         raise LoweringError(f"cannot compute size expression {expr} at run time")
 
     def tensor(self, view: StridedView, internal: bool = True) -> fx.Node:
@@ -446,6 +454,18 @@ class _Builder:
             self.graph.output(pytree.tree_unflatten(outs, self.lowered.output_spec))
             return
         self.graph.output(tuple(outs) if as_tuple else outs[0])
+
+
+def _rounded_quotient(expr: sympy.Expr) -> tuple[bool, tuple[sympy.Expr, sympy.Expr]] | None:
+    """(rounds up, (a, b)) for torch's CeilToInt/FloorToInt of IntTrueDiv(a, b) (sizes such as
+    an attention's logsumexp padded to a multiple of 32), else None."""
+    name = type(expr).__name__
+    if name not in ("CeilToInt", "FloorToInt") or len(expr.args) != 1:
+        return None
+    inner = expr.args[0]
+    if type(inner).__name__ != "IntTrueDiv" or len(inner.args) != 2:
+        return None
+    return name == "CeilToInt", (inner.args[0], inner.args[1])
 
 
 def _inverse(atom: sympy.Expr, sym: sympy.Symbol) -> tuple[int, int] | None:
