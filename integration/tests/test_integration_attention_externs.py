@@ -3,7 +3,6 @@ a transformer compiles to one region with no eager fallback, forward and backwar
 
 from __future__ import annotations
 
-import math
 import operator
 
 import pytest
@@ -155,17 +154,3 @@ def test_a_training_output_viewing_an_attention_result_read_again_can_be_modifie
     for g, t in zip(got, (q, k, v)):
         torch.testing.assert_close(g, t.grad, rtol=1e-4, atol=1e-5)
 
-
-@pytest.mark.parametrize("rounding", [math.ceil, math.floor])
-def test_sizes_rounded_from_a_true_division_are_computed_at_run_time(rounding):
-    """torch's CeilToInt/FloorToInt(IntTrueDiv(s, 32)) (on a GPU: the memory-efficient
-    attention's logsumexp, padded to a multiple of 32, under dynamic shapes) is a size the
-    wrapper computes from the input's size, not a LoweringError."""
-    def fn(x):
-        return torch.ones(rounding(x.shape[0] / 32)) * x.sum()
-
-    torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="kiln", options={"fallback": False, "codegen": "reference"}, dynamic=True)
-    for n in (40, 100):
-        x = torch.randn(n)
-        torch.testing.assert_close(compiled(x), fn(x))
