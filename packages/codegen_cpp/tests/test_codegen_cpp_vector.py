@@ -194,6 +194,11 @@ ROWS = {
                                 torch.randn(256).bfloat16())),
     "whole-tensor sum (split across threads)": (lambda x: ((x - 1) ** 2).sum() / x.numel(), (torch.randn(256, 256),)),
 }
+def _bias_grad_and_transposed(grad, pre):
+    masked = torch.where(pre <= 0, 0.0, grad)
+    return masked.sum(0), masked.t().contiguous() * 2
+
+
 # Reductions over an outer (or transposed) dim: vector code across the outputs, no lane fold.
 OUTER = {
     "sum and amax over dim 0": (lambda x: (x.sum(0), x.amax(0)), (torch.randn(64, 256),)),
@@ -202,6 +207,9 @@ OUTER = {
     "mean over dim 0, a loop around the lanes": (lambda x: (x.mean(0) + 1).sqrt(), (torch.rand(16, 8, 64),)),
     "transposed add (2-D tiles)": (lambda x, y: x.t().contiguous() + y, (torch.randn(64, 256), torch.randn(256, 64))),
     "transposed output (loops reordered)": (lambda x: x.t() * 2 + 1, (torch.randn(64, 256),)),
+    # a linear layer's backward: the bias gradient (a sum over dim 0) with the transposed
+    # gradient as its rows, stored lane by lane
+    "sum over dim 0 with transposed rows": (_bias_grad_and_transposed, (torch.randn(40, 100), torch.randn(40, 100))),
 }
 
 

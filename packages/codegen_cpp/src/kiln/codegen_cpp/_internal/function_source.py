@@ -86,11 +86,14 @@ def _row_lines(walker: KernelWalker, node: ComputedBuffer, options: CppOptions) 
     kernel = walker.kernel
     rvars = index_vars(len(kernel.row_ranges), "r")
     vector = isinstance(walker.handler, CppVectorHandler)
-    if vector:
-        walker.handler.lane_var = rvars[-1]
+    across = vector and walker.handler.across_outputs
+    if vector:  # the lanes run along the row, or across the outputs (scalar row loops around vector code)
+        walker.handler.lane_var = walker.handler.lane_loop if across else rvars[-1]
     with walker.row_loop(node) as body:
         walker.run(node)
     where = " (row loop, scratch row)" if node.name in walker.handler.row_temporaries else " (row loop)"
+    if across:
+        return [_node_comment(node, False) + where] + _loop_nest(rvars, kernel.row_ranges, body, None, False)
     pragma = "#pragma omp simd"
     clause = parallel_if(kernel.row_ranges, options) if _single_outer_point(kernel) and options.openmp else None
     if vector:  # the outermost row loop is split across threads (its tail, if vector code, is not)
@@ -186,9 +189,10 @@ def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHan
         segmented = _segmented_statements(kernel, options)
         if segmented is not None:
             return segmented + ("",)
+        rows = any(kernel.is_row(n) for n in kernel.nodes)
         for var in _output_lane_loops(kernel):  # lanes across the outputs instead
-            try:
-                handler = CppVectorHandler(kernel, across_outputs=True, lane_loop=var)
+            try:  # rows stored along the lanes move lane by lane (a transposed store, in tiles)
+                handler = CppVectorHandler(kernel, across_outputs=True, lane_loop=var, strided_loads=rows)
                 return _node_statements(kernel, options, handler) + ("",)
             except NotVectorizable as exc:
                 why += f"; nor across its outputs along {var}: {exc}"
@@ -253,8 +257,11 @@ def _output_lane_loops(kernel: Kernel) -> list[sympy.Symbol]:
     """The outer loops a kernel of reductions over outer dims (and pointwise nodes) may take as
     its vector loop, each lane reducing for its own output, innermost first. Any outer loop
     may: a channels-last `x.mean((0, 2, 3), keepdim=True)` iterates [1, C, 1, 1] outputs whose
-    contiguous dim is not the last (the loops are reordered, the vector loop innermost)."""
-    if any(kernel.is_row(n) for n in kernel.nodes) or not kernel.ranges or _single_outer_point(kernel):
+    contiguous dim is not the last (the loops are reordered, the vector loop innermost). Row
+    nodes run as scalar row loops around vector code (the backward of a linear layer: a bias
+    gradient summed over dim 0 with the transposed gradient written as its rows); row
+    temporaries, one scratch row per thread, hold one output's row, not a vector's."""
+    if kernel.row_temporaries or not kernel.ranges or _single_outer_point(kernel):
         return []
     return _long_outer_loops(kernel)
 
