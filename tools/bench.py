@@ -74,8 +74,9 @@ def bench_one(name, fn, args, repeat: int, device: str) -> list[str]:
         [lambda: fn(*args), lambda: inductor_fn(*args), lambda: kiln_fn(*args)], repeat, device)
     if counting.calls == 0:
         raise RuntimeError(f"{name}: Dynamo never called the kiln backend")
+    kiln_out = kiln_fn(*args)
     with torch.no_grad():
-        error = max_error(kiln_fn(*args), eager_out)
+        error = max_error(kiln_out, eager_out)
     return [name, f"{eager * 1e3:.3f}", f"{inductor * 1e3:.3f}", f"{kiln * 1e3:.3f}",
             f"{eager / kiln:.2f}x", f"{inductor / kiln:.2f}x", f"{inductor_compile:.2f}",
             f"{kiln_compile:.2f}", f"{error:.1e}"]
