@@ -4,12 +4,15 @@ Every number is measured in this run. Ratios > 1 mean kiln is faster. The kiln b
 wrapped in a call counter: a row where Dynamo never called kiln is reported as an error.
 The three are timed interleaved (one call of each per round, `--repeat` rounds, medians), so
 load from other processes falls on all three alike. `--suite channels-last` runs the
-channels-last ConvNet block rows alone.
+channels-last ConvNet block rows alone, `--suite wide` the wider CPU rows of issue 12
+(tools/bench_cpu_rows.py: reductions by layout, normalizations by width, MLPs, a training step).
+The last lines give the geometric mean of kiln's speed-up over Inductor and the lowest row.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import statistics
@@ -18,6 +21,7 @@ import tempfile
 import time
 
 import torch
+from bench_cpu_rows import inference_rows, training_rows
 from workloads import (
     CountingBackend,
     channels_last_workloads,
@@ -70,19 +74,39 @@ def bench_one(name, fn, args, repeat: int, device: str) -> list[str]:
         [lambda: fn(*args), lambda: inductor_fn(*args), lambda: kiln_fn(*args)], repeat, device)
     if counting.calls == 0:
         raise RuntimeError(f"{name}: Dynamo never called the kiln backend")
-    error = max_error(kiln_fn(*args), eager_out)
+    kiln_out = kiln_fn(*args)
+    with torch.no_grad():
+        error = max_error(kiln_out, eager_out)
     return [name, f"{eager * 1e3:.3f}", f"{inductor * 1e3:.3f}", f"{kiln * 1e3:.3f}",
             f"{eager / kiln:.2f}x", f"{inductor / kiln:.2f}x", f"{inductor_compile:.2f}",
             f"{kiln_compile:.2f}", f"{error:.1e}"]
+
+
+def chosen_rows(suite: str, device: str) -> list[tuple]:
+    """The rows of `suite` as (name, fn, args, training): training rows run with autograd on."""
+    chosen = []
+    if suite in ("micro", "all"):
+        chosen += workloads(device)
+    if suite == "channels-last":
+        chosen += channels_last_workloads(device)
+    if suite in ("wide", "all"):
+        chosen += inference_rows(device)
+    if suite in ("models", "all"):
+        chosen += model_workloads(device)
+    rows = [(name, fn, args, False) for name, fn, args in chosen]
+    if suite in ("wide", "all"):
+        rows += [(name, fn, args, True) for name, fn, args in training_rows(device)]
+    return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--suite", default="all", choices=["micro", "models", "channels-last", "all"],
+    parser.add_argument("--suite", default="all", choices=["micro", "models", "channels-last", "wide", "all"],
                         help="micro: small graphs (the channels-last rows included); models: Hugging Face "
-                             "BERT/GPT-2/Llama from configs; channels-last: the ConvNet block rows alone")
+                             "BERT/GPT-2/Llama from configs; channels-last: the ConvNet block rows alone; "
+                             "wide: reductions by layout, norms by width, MLPs, a training step")
     parser.add_argument("--cpp-vectorize", choices=["default", "on", "off"], default="default",
                         help="the C++ codegen's explicit vector code (CppOptions.vectorize, on by default; "
                              "set through KILN_CPP_VECTORIZE): compare `on` with `off` in two runs, or per "
@@ -94,19 +118,16 @@ def main() -> int:
     vectorize = os.environ.get("KILN_CPP_VECTORIZE") or "the default (on)"
     print(f"torch {torch.__version__}, {where}, C++ vectorize: {vectorize}")
     rows = []
-    with torch.no_grad():
-        chosen = []
-        if options.suite in ("micro", "all"):
-            chosen += workloads(options.device)
-        if options.suite in ("models", "all"):
-            chosen += model_workloads(options.device)
-        if options.suite == "channels-last":
-            chosen += channels_last_workloads(options.device)
-        for name, fn, args in chosen:
+    for name, fn, args, training in chosen_rows(options.suite, options.device):
+        with contextlib.nullcontext() if training else torch.no_grad():
             rows.append(bench_one(name, fn, args, options.repeat, options.device))
-            print(f"done: {name}", file=sys.stderr)
+        print(f"done: {name}", file=sys.stderr)
     print(table(["workload", "eager ms", "inductor ms", "kiln ms", "kiln vs eager", "kiln vs inductor",
                  "inductor compile s", "kiln compile s", "max err"], rows))
+    speedups = [float(row[2]) / float(row[3]) for row in rows]  # inductor ms / kiln ms
+    lowest = min(zip(speedups, (row[0] for row in rows)))
+    print(f"kiln vs inductor: geometric mean {statistics.geometric_mean(speedups):.3f}x over {len(rows)} rows, "
+          f"lowest {lowest[0]:.2f}x ({lowest[1]})")
     return 0
 
 

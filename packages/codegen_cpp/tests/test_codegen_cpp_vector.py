@@ -8,10 +8,16 @@ import re
 import subprocess
 
 import pytest
+import sympy
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln import codegen_cpp, loopir
+from kiln.codegen_cpp._internal.vector_segments import (
+    decide_comparison,
+    resolve_clamps,
+    split_segments,
+)
 
 # Widths of the SIMD layer: no SIMD (one lane), SSE/NEON, AVX2, AVX-512. -DKILN_VECTOR_BYTES
 # compiles each on this host; GCC splits vectors wider than the host's registers.
@@ -188,6 +194,11 @@ ROWS = {
                                 torch.randn(256).bfloat16())),
     "whole-tensor sum (split across threads)": (lambda x: ((x - 1) ** 2).sum() / x.numel(), (torch.randn(256, 256),)),
 }
+def _bias_grad_and_transposed(grad, pre):
+    masked = torch.where(pre <= 0, 0.0, grad)
+    return masked.sum(0), masked.t().contiguous() * 2
+
+
 # Reductions over an outer (or transposed) dim: vector code across the outputs, no lane fold.
 OUTER = {
     "sum and amax over dim 0": (lambda x: (x.sum(0), x.amax(0)), (torch.randn(64, 256),)),
@@ -196,6 +207,9 @@ OUTER = {
     "mean over dim 0, a loop around the lanes": (lambda x: (x.mean(0) + 1).sqrt(), (torch.rand(16, 8, 64),)),
     "transposed add (2-D tiles)": (lambda x, y: x.t().contiguous() + y, (torch.randn(64, 256), torch.randn(256, 64))),
     "transposed output (loops reordered)": (lambda x: x.t() * 2 + 1, (torch.randn(64, 256),)),
+    # a linear layer's backward: the bias gradient (a sum over dim 0) with the transposed
+    # gradient as its rows, stored lane by lane
+    "sum over dim 0 with transposed rows": (_bias_grad_and_transposed, (torch.randn(40, 100), torch.randn(40, 100))),
 }
 
 
@@ -315,3 +329,50 @@ def test_vector_loops_compile_to_packed_fma_code_without_calls(tmp_path, name):
     assert any(i.startswith("vfmadd") or i.startswith("vfnmadd") for i in instructions)
     packed = [i for i in instructions if re.fullmatch(r"v\w+p[sd]", i)]
     assert len(packed) > 30, instructions
+
+
+# -- clamped indices: the vector loop split into segments (vector_segments.py) -------------------
+
+def _rotary(x, cos, sin):  # Hugging Face Llama's apply_rotary_pos_emb on a [batch, seq, heads, dim] view
+    q = x.transpose(1, 2)
+    half = q.shape[-1] // 2
+    return q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
+
+
+SEGMENTED = {
+    "rotary embedding": (_rotary, lambda d: (torch.randn(2, 8, 3, d), torch.randn(1, 1, 8, d), torch.randn(1, 1, 8, d))),
+    "cat of three pieces": (lambda x, y: torch.cat((x * 2, y.exp(), -x), dim=-1),
+                            lambda d: (torch.randn(6, d), torch.randn(6, d + 3))),
+    "constant pad": (lambda x: torch.nn.functional.pad(x, (3, 5), value=-1.0) * 2, lambda d: (torch.randn(6, d),)),
+}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("dim", [64, 38])
+@pytest.mark.parametrize("name", list(SEGMENTED))
+def test_clamped_indices_split_the_vector_loop_into_contiguous_segments(cpp, name, dim, width):
+    fn, make_args = SEGMENTED[name]
+    torch.manual_seed(0)
+    compiled = cpp.with_options(flags=(*cpp.options.flags, f"-DKILN_VECTOR_BYTES={width}")).check(
+        fn, *make_args(dim), atol=1e-6, rtol=1e-6)
+    assert not vector_guard_failures(compiled.source)
+    # the innermost (contiguous) dim is the vector loop, split where the clamps change branch:
+    # no lane-by-lane loads along a short outer dim, no selects between both branches
+    assert re.search(r"// vector code, i\d in \[0, \d+\)", compiled.source), compiled.source
+    assert "kiln::load_strided(" not in compiled.source and "kiln::select(" not in compiled.source
+
+
+def test_resolve_clamps_decides_each_segment_and_names_where_to_split():
+    i, j = sympy.symbols("i3 i2", integer=True)
+    index = 64 * j + sympy.Min(31, sympy.Max(0, i - 32))
+    assert resolve_clamps(index, i, 0, 64) == (index, {32})  # undecided over [0, 64): split at 32
+    assert resolve_clamps(index, i, 0, 32) == (64 * j, set())
+    assert resolve_clamps(index, i, 32, 64) == (64 * j + i - 32, set())
+    assert resolve_clamps(sympy.Min(31, i) + 32, i, 0, 32) == (i + 32, set())
+    assert resolve_clamps(sympy.Min(j, i), i, 0, 8)[1] == set()  # not decidable by i alone: no split
+    assert split_segments([(0, 64)], {32, 70}) == [(0, 32), (32, 64)]
+    assert decide_comparison("lt", i, sympy.Integer(32), i, 0, 32) == (True, set())
+    assert decide_comparison("lt", i, sympy.Integer(32), i, 32, 64) == (False, set())
+    assert decide_comparison("lt", i, sympy.Integer(32), i, 0, 64) == (None, {32})
+    assert decide_comparison("le", i - 3, sympy.Integer(63), i, 3, 72) == (None, {67})
+    assert decide_comparison("eq", i, sympy.Integer(40), i, 32, 64) == (None, set())

@@ -30,6 +30,7 @@ from .vector_hoist import hoist_lane_values
 from .vector_layer import VECTOR_LAYER
 from .vector_loops import indent, split_reduction_lines, vector_loop, vector_reduction_loop
 from .vector_math import VECTOR_MATH
+from .vector_segments import MAX_SEGMENTS, segment_loops, split_segments
 from .vector_source import CppVectorHandler, NotVectorizable
 
 
@@ -85,11 +86,14 @@ def _row_lines(walker: KernelWalker, node: ComputedBuffer, options: CppOptions) 
     kernel = walker.kernel
     rvars = index_vars(len(kernel.row_ranges), "r")
     vector = isinstance(walker.handler, CppVectorHandler)
-    if vector:
-        walker.handler.lane_var = rvars[-1]
+    across = vector and walker.handler.across_outputs
+    if vector:  # the lanes run along the row, or across the outputs (scalar row loops around vector code)
+        walker.handler.lane_var = walker.handler.lane_loop if across else rvars[-1]
     with walker.row_loop(node) as body:
         walker.run(node)
     where = " (row loop, scratch row)" if node.name in walker.handler.row_temporaries else " (row loop)"
+    if across:
+        return [_node_comment(node, False) + where] + _loop_nest(rvars, kernel.row_ranges, body, None, False)
     pragma = "#pragma omp simd"
     clause = parallel_if(kernel.row_ranges, options) if _single_outer_point(kernel) and options.openmp else None
     if vector:  # the outermost row loop is split across threads (its tail, if vector code, is not)
@@ -182,9 +186,13 @@ def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHan
             return _node_statements(kernel, options, CppVectorHandler(kernel, strided_loads=strided)) + ("",)
         except NotVectorizable as exc:
             why = f"not vectorized: {exc}"
+        segmented = _segmented_statements(kernel, options)
+        if segmented is not None:
+            return segmented + ("",)
+        rows = any(kernel.is_row(n) for n in kernel.nodes)
         for var in _output_lane_loops(kernel):  # lanes across the outputs instead
-            try:
-                handler = CppVectorHandler(kernel, across_outputs=True, lane_loop=var)
+            try:  # rows stored along the lanes move lane by lane (a transposed store, in tiles)
+                handler = CppVectorHandler(kernel, across_outputs=True, lane_loop=var, strided_loads=rows)
                 return _node_statements(kernel, options, handler) + ("",)
             except NotVectorizable as exc:
                 why += f"; nor across its outputs along {var}: {exc}"
@@ -195,6 +203,34 @@ def _kernel_body(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppHan
             except NotVectorizable:
                 pass
     return _node_statements(kernel, options, CppHandler(kernel)) + (why,)
+
+
+def _segmented_statements(kernel: Kernel, options: CppOptions) -> tuple[list[str], CppVectorHandler] | None:
+    """A pointwise kernel's statements as vector code along its innermost loop split where
+    clamped indices change branch (vector_segments.py), or None where that does not make every
+    segment vector code. Returns all segments' statements and the last segment's handler, which
+    holds them all in `lane_segments`."""
+    extent = sympy.sympify(kernel.ranges[-1]) if kernel.ranges else None
+    if not _pointwise_only(kernel) or extent is None or not extent.is_Integer:
+        return None
+    segments, found = [(0, int(extent))], None
+    while True:
+        done: list[tuple[int, int, list[str]]] = []
+        points: set[int] = set()
+        for lo, hi in segments:
+            handler = CppVectorHandler(kernel, lane_range=(lo, hi))
+            try:
+                done.append((lo, hi, _node_statements(kernel, options, handler)[0]))
+            except NotVectorizable:
+                pass
+            points |= handler.breakpoints
+        if len(done) == len(segments):
+            handler.lane_segments = done
+            found = ([line for _, _, body in done for line in body], handler)
+        finer = split_segments(segments, points)
+        if finer == segments or len(finer) > MAX_SEGMENTS:  # splitting more decides nothing more, or too much code
+            return found
+        segments = finer
 
 
 def _long_outer_loops(kernel: Kernel) -> list[sympy.Symbol]:
@@ -221,8 +257,11 @@ def _output_lane_loops(kernel: Kernel) -> list[sympy.Symbol]:
     """The outer loops a kernel of reductions over outer dims (and pointwise nodes) may take as
     its vector loop, each lane reducing for its own output, innermost first. Any outer loop
     may: a channels-last `x.mean((0, 2, 3), keepdim=True)` iterates [1, C, 1, 1] outputs whose
-    contiguous dim is not the last (the loops are reordered, the vector loop innermost)."""
-    if any(kernel.is_row(n) for n in kernel.nodes) or not kernel.ranges or _single_outer_point(kernel):
+    contiguous dim is not the last (the loops are reordered, the vector loop innermost). Row
+    nodes run as scalar row loops around vector code (the backward of a linear layer: a bias
+    gradient summed over dim 0 with the transposed gradient written as its rows); row
+    temporaries, one scratch row per thread, hold one output's row, not a vector's."""
+    if kernel.row_temporaries or not kernel.ranges or _single_outer_point(kernel):
         return []
     return _long_outer_loops(kernel)
 
@@ -317,7 +356,9 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     tiled = outer_vector_loop and handler.strided_loads
     loops, units = _outer_loops(kernel, handler if vector else None, body)
     lines += indent([f"constexpr int64_t {var} = 0;  // a loop of one iteration" for var in units], depth)
-    if outer_vector_loop and _pointwise_only(kernel) and not tiled and not handler.checks and len(loops) > 1:
+    segments = handler.lane_segments if outer_vector_loop else []
+    if outer_vector_loop and _pointwise_only(kernel) and not tiled and not handler.checks and len(loops) > 1 \
+            and not segments:
         prologue, body = hoist_lane_values(body, handler.definitions, handler.types, *loops[-1],
                                            [var for var, _ in loops[:-1]])
         lines += indent(prologue, depth)
@@ -342,7 +383,7 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
         elif simd:
             lines += indent(["#pragma omp simd"], depth)
         if innermost and outer_vector_loop:
-            lines += indent(vector_loop(var, extent, body), depth)
+            lines += indent(segment_loops(var, segments) if segments else vector_loop(var, extent, body), depth)
         elif tiled and pos == len(loops) - 2:
             lines += indent([f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; {var} += {TILE}) {{"], depth)
             depth += 1

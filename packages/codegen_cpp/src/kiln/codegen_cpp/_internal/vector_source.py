@@ -33,6 +33,7 @@ from .low_precision import (
 )
 from .printer import cpp_expr
 from .vector_reduction_source import start_lanewise_reduction, start_vector_reduction
+from .vector_segments import decide_comparison, resolve_clamps
 
 
 class NotVectorizable(Exception):
@@ -96,7 +97,7 @@ class CppVectorHandler(CppHandler):
     iterations, fewer in its tail."""
 
     def __init__(self, kernel: Kernel, across_outputs: bool = False, strided_loads: bool = False,
-                 lane_loop: sympy.Symbol | None = None) -> None:
+                 lane_loop: sympy.Symbol | None = None, lane_range: tuple[int, int] | None = None) -> None:
         super().__init__(kernel)
         self.lane_var: sympy.Symbol | None = None
         # The outer loop that is vector code (where one is): the innermost, unless the caller
@@ -109,6 +110,14 @@ class CppVectorHandler(CppHandler):
         # the caller tiles the loops), and whether one does.
         self.allow_strided = strided_loads
         self.strided_loads = False
+        # The part [lo, hi) of the lane loop these statements run on (vector_segments.py):
+        # Min/Max of the lane variable decided there are resolved; `breakpoints` collects where
+        # the undecided ones change branch.
+        self.lane_range = lane_range
+        self.breakpoints: set[int] = set()
+        # Where the caller split the lane loop: each segment's [lo, hi) and statements.
+        self.lane_segments: list[tuple[int, int, list[str]]] = []
+        self.index_values: dict[str, sympy.Expr] = {}  # variable -> the index expression it holds
         self.types: dict[str, tuple[torch.dtype, bool]] = {}
         self.definitions: dict[str, str] = {}  # variable -> its expression, in order (vector_hoist.py)
         inner = max([len(kernel.row_ranges), *(len(n.reduction_ranges) for n in kernel.nodes)])
@@ -144,6 +153,14 @@ class CppVectorHandler(CppHandler):
         raise NotVectorizable(f"a run-time check ({message.split(':')[-1].strip()})")
 
     # -- addressing --------------------------------------------------------------------------
+    def _on_lanes(self, index: sympy.Expr) -> sympy.Expr:
+        """`index` with the clamps that the lane range decides resolved."""
+        if self.lane_range is None or self.lane_var is None:
+            return index
+        resolved, points = resolve_clamps(index, self.lane_var, *self.lane_range)
+        self.breakpoints |= points
+        return resolved
+
     def _lane_stride(self, name: str, index: sympy.Expr) -> sympy.Expr:
         """How far `index` moves from one lane to the next: 0 (loop-invariant), 1 (contiguous)
         or another stride that does not depend on the lanes."""
@@ -180,7 +197,7 @@ class CppVectorHandler(CppHandler):
         dtype = self.buffer_dtypes[name]
         if dtype not in VECTOR_TYPES:
             raise NotVectorizable(f"{name} is {dtype}")
-        array, index = self._address(name, index)
+        array, index = self._address(name, self._on_lanes(index))
         stored = dtype in LOW_PRECISION and name not in self.row_temporaries  # scratch rows hold floats
         stride = self._lane_stride(name, index)
         if stride not in (0, 1) and not stored and self.allow_strided:  # a transposed read: lane by lane (2-D tiles keep it cached)
@@ -201,7 +218,7 @@ class CppVectorHandler(CppHandler):
                 raise NotVectorizable(f"a vector stored outside a vector loop ({name})")
             super().store(name, index, value)
             return
-        array, index = self._address(name, index)
+        array, index = self._address(name, self._on_lanes(index))
         stride = self._lane_stride(name, index)
         dtype = self.buffer_dtypes[name]
         if stride not in (0, 1) and self.allow_strided and dtype not in LOW_PRECISION and \
@@ -251,10 +268,11 @@ class CppVectorHandler(CppHandler):
         return name
 
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> str:
-        expr = sympy.expand(sympy.sympify(expr))
+        expr = sympy.expand(self._on_lanes(sympy.sympify(expr)))
         if self.lane_var not in expr.free_symbols:
             name = super().index_expr(expr, dtype)
             self.types[name] = (dtype, False)
+            self.index_values[name] = expr
             return name
         if dtype in LOW_PRECISION:
             return self.to_dtype(self.index_expr(expr, torch.float32), dtype)
@@ -262,7 +280,9 @@ class CppVectorHandler(CppHandler):
         start = sympy.expand(expr - step * self.lane_var)
         if dtype not in _NUMERIC or not step.is_Integer or self.lane_var in start.free_symbols:
             raise NotVectorizable(f"index expression {expr} as {dtype}")
-        return self.typed(f"kiln::ramp<{VECTOR_TYPES[dtype]}>({cpp_expr(expr)}, {int(step)})", dtype, True)
+        name = self.typed(f"kiln::ramp<{VECTOR_TYPES[dtype]}>({cpp_expr(expr)}, {int(step)})", dtype, True)
+        self.index_values[name] = expr
+        return name
 
     def to_dtype(self, x: str, dtype: torch.dtype) -> str:
         source = self.dtype(x)
@@ -288,6 +308,9 @@ class CppVectorHandler(CppHandler):
         return self.typed(f"__builtin_convertvector({x}, {VECTOR_TYPES[dtype]})", dtype, True)
 
     def where(self, cond: str, a: str, b: str) -> str:
+        decided = self.constant_value(cond)
+        if self.lane_range is not None and isinstance(decided, bool) and self.dtype(a) == self.dtype(b):
+            return a if decided else b  # decided on this segment of the lane loop
         if self.lane_var is None:
             return self.typed(f"({cond} ? {a} : {b})", self.dtype(a), False)
         if self.dtype(a) != self.dtype(b) or self.dtype(cond) != torch.bool:
@@ -322,11 +345,29 @@ class CppVectorHandler(CppHandler):
         finally:
             self.prefix = prefix
 
+    def _decided_comparison(self, op: str, args: tuple[str, ...]) -> bool | None:
+        """The value of a comparison of index expressions (or a logical op on such values) that
+        the lane range decides, or None; where it changes inside the range is a breakpoint."""
+        if self.lane_range is None or self.lane_var is None:
+            return None
+        known = [self.constant_value(a) for a in args]
+        if op in _LOGICAL and all(isinstance(k, bool) for k in known):
+            return _LOGICAL[op](*known)
+        if len(args) != 2 or not all(a in self.index_values for a in args):
+            return None
+        a, b = (self.index_values[a] for a in args)
+        decided, points = decide_comparison(op, a, b, self.lane_var, *self.lane_range)
+        self.breakpoints |= points
+        return decided
+
     def apply(self, op: str, args: tuple[str, ...]) -> str:
         """A unary or binary op: a vector op inside a vector loop (loop-invariant operands
         broadcast), scalar code outside one or when no operand is a vector: a loop-invariant
         value is computed once as a scalar (GCC hoists it out of the loop), then broadcast
         where a vector op uses it, not recomputed in every lane of every iteration."""
+        decided = self._decided_comparison(op, args)
+        if decided is not None:
+            return self.constant(decided, torch.bool)
         if self.lane_var is None or not any(self.is_vector(a) for a in args):
             name = self._scalar(lambda: getattr(CppHandler, op)(self, *args))
             dtype = torch.bool if op in _BOOL_RESULTS else self.dtype(args[0])
@@ -342,6 +383,8 @@ class CppVectorHandler(CppHandler):
         return self.typed(template.format(*operands), result or dtypes.pop(), True)
 
 
+_LOGICAL = {"logical_and": lambda a, b: a and b, "logical_or": lambda a, b: a or b,
+            "logical_not": lambda a: not a}
 _VECTOR_POW = {2: "({0} * {0})", 3: "({0} * {0} * {0})", 0.5: "kiln::sqrt({0})", -0.5: "kiln::rsqrt({0})",
                -1: "kiln::reciprocal({0})", -2: "kiln::reciprocal({0} * {0})"}
 
