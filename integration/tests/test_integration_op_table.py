@@ -156,6 +156,14 @@ TESTED_ELSEWHERE |= dict.fromkeys(
     (aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default),
     "test_integration_fractional_pool.py / test_loopir_pooling_fractional.py (OpInfo samples are random)")
 
+# Attention backward ops are extern calls (loopir lower_attention.py) with no OpInfo of their own:
+# test_integration_attention_externs.py runs them in training steps (forward and backward externs,
+# gradients against eager, on the CPU and on a GPU).
+TESTED_ELSEWHERE |= dict.fromkeys(
+    (aten._scaled_dot_product_flash_attention_backward.default,
+     aten._scaled_dot_product_flash_attention_for_cpu_backward.default),
+    "test_integration_attention_externs.py (training steps through the attention externs)")
+
 # Random ops draw from kiln's generator (loopir's philox.py), not eager's, so no value can match:
 # integration/tests/test_integration_random.py checks them by statistics, reproducibility for a
 # seed, equal draws on every codegen and forward/backward mask agreement.
