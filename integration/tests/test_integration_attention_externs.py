@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import operator
 
-import pytest
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
@@ -88,8 +87,7 @@ def test_lowering_keeps_one_call_and_buffers_only_for_the_results_read():
 
     gm = make_fx(fn, tracing_mode="fake")(q, k, v)
     calls = _attention_calls(gm.graph)
-    if not calls:
-        pytest.skip("this torch traces scaled_dot_product_attention without a fused op on the CPU")
+    assert len(calls) == 1, gm.graph  # torch 2.11 and 2.13 trace the CPU flash op
     kernel_graph = loopir.lower(gm)
     (extern,) = kernel_graph.externs
     read = {u.args[1] for u in calls[0].users if u.target is operator.getitem}

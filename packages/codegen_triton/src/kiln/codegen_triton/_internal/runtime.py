@@ -109,7 +109,6 @@ class TritonKernel:
         self._check_inputs = options.check_inputs
         self._scatter_bases = signature.scatter_bases
         self._serial = signature.serial
-        self._no_input_device: torch.device | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return rebuild_kernel, (type(self), stored_kernel(self))
@@ -135,7 +134,7 @@ class TritonKernel:
             outputs = tuple(_EMPTY_STRIDED_CUDA(size, stride, dtype) for size, stride, dtype in plan.out_allocations)
             device = None  # the current CUDA device
         else:
-            device = inputs[0].device if inputs else self._default_device()
+            device = inputs[0].device if inputs else self._default_device
             outputs = tuple(torch.empty_strided(size, stride, dtype=dtype, device=device)
                             for size, stride, dtype in plan.out_allocations)
         if fill_requested(self.options.fill_uninitialized):
@@ -311,16 +310,13 @@ class TritonKernel:
             return False
         return True
 
+    @functools.cached_property
     def _default_device(self) -> torch.device:
         """Where a kernel without tensor inputs allocates: loopir's specs carry no device yet
         (asked once: `torch.cuda.is_available` reads the environment on every call)."""
-        if self._no_input_device is None:
-            if self.options.device is not None:
-                self._no_input_device = torch.device(self.options.device)
-            else:
-                self._no_input_device = torch.device("cuda" if torch.cuda.is_available() and not self.interpreted
-                                                     else "cpu")
-        return self._no_input_device
+        if self.options.device is not None:
+            return torch.device(self.options.device)
+        return torch.device("cuda" if torch.cuda.is_available() and not self.interpreted else "cpu")
 
     def _check(self, inputs: Sequence[torch.Tensor], plan: _Plan) -> None:
         """The full check, with a message naming the input; strides of size-1 dims are free."""

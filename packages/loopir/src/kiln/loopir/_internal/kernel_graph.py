@@ -22,9 +22,10 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._sympy.functions import CeilToInt, FloorToInt, IntTrueDiv
 
 from .ir import Kernel
-from .lower import ExternCall, LoweredGraph, LoweringError
+from .lower import ExternCall, LoweredGraph, LoweringError, step_specs
 from .schedule import FusionDecision, Schedule
 from .sizes import FloorDiv
 from .values import StridedView
@@ -68,13 +69,13 @@ def strided_view(tensor: torch.Tensor, size: list[int], stride: list[int], offse
 # torch's C++ view constructor without the dispatcher (what Inductor's wrappers call): 3 vs 6 us
 # per view on a CPU, and a compiled graph makes each of its views on every call. It records no
 # autograd view (no `_base`), so only views the graph's own kernels and externs read use it.
-_REINTERPRET = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
-_REINTERPRET = getattr(_REINTERPRET, "_reinterpret_tensor", None)
+_REINTERPRET = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_reinterpret_tensor",
+                       lambda tensor, size, stride, offset: strided_view(tensor, size, stride, offset))
 
 
 def internal_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
     """`strided_view` for a view only the graph reads (never returned)."""
-    if _REINTERPRET is None or tensor.requires_grad:
+    if tensor.requires_grad:
         return strided_view(tensor, size, stride, offset)
     return _REINTERPRET(tensor, size, stride, offset)
 
@@ -404,7 +405,7 @@ class _Builder:
             if graph_input.spec is not None and graph_input.spec.name == name:
                 return graph_input.spec
         for step in self.lowered.steps:
-            for spec in step.specs if isinstance(step, ExternCall) else (step.spec,):
+            for spec in step_specs(step):
                 if spec.name == name:
                     return spec
         raise KeyError(name)
@@ -459,13 +460,9 @@ class _Builder:
 def _rounded_quotient(expr: sympy.Expr) -> tuple[bool, tuple[sympy.Expr, sympy.Expr]] | None:
     """(rounds up, (a, b)) for torch's CeilToInt/FloorToInt of IntTrueDiv(a, b) (sizes such as
     an attention's logsumexp padded to a multiple of 32), else None."""
-    name = type(expr).__name__
-    if name not in ("CeilToInt", "FloorToInt") or len(expr.args) != 1:
+    if not isinstance(expr, (CeilToInt, FloorToInt)) or not isinstance(expr.args[0], IntTrueDiv):
         return None
-    inner = expr.args[0]
-    if type(inner).__name__ != "IntTrueDiv" or len(inner.args) != 2:
-        return None
-    return name == "CeilToInt", (inner.args[0], inner.args[1])
+    return isinstance(expr, CeilToInt), tuple(expr.args[0].args)
 
 
 def _inverse(atom: sympy.Expr, sym: sympy.Symbol) -> tuple[int, int] | None:

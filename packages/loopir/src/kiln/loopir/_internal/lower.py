@@ -79,9 +79,13 @@ def _describe(arg: Any) -> str:
 Step = ComputedBuffer | ExternCall
 
 
-def step_names(step: Step) -> set[str]:
+def step_specs(step: Step) -> tuple[BufferSpec, ...]:
     """The buffers a step produces: one, or each used result of a multi-output extern."""
-    return {s.name for s in step.specs} if isinstance(step, ExternCall) else {step.name}
+    return step.specs if isinstance(step, ExternCall) else (step.spec,)
+
+
+def step_names(step: Step) -> set[str]:
+    return {spec.name for spec in step_specs(step)}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -197,9 +201,9 @@ class LoweringContext:
         realized = tuple(stored(a, v) for a, v in zip(args, node.args))
         kwargs = {k: stored(v, node.kwargs.get(k)) for k, v in kwargs.items()}
         first = next((s for s in items if s is not None), None)
-        if first is None:  # no result used: the call is dropped as dead code anyway
-            first = BufferSpec(self.new_buffer_name(), torch.float32, (), ())
-        self.steps.append(ExternCall(first, node.target, realized, tuple(kwargs.items()), (node.name,), tuple(items)))
+        if first is not None:  # a call none of whose results is read is dead code
+            self.steps.append(ExternCall(first, node.target, realized, tuple(kwargs.items()), (node.name,),
+                                         tuple(items)))
         return tuple(values)
 
     def random_stream(self, device: torch.device) -> tuple[StridedView, int]:

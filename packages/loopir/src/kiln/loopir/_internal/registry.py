@@ -8,6 +8,7 @@ table, so a caller can add or remove entries without touching anyone else's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -89,10 +90,6 @@ def lowerable(node: Any, lowerings: Lowerings | None = None) -> bool:
     return entry is not None and (entry.check is None or bool(entry.check(node)))
 
 
-_DEFAULT: list[Lowerings] = []
-
-
+@functools.cache
 def _default_table() -> Lowerings:
-    if not _DEFAULT:
-        _DEFAULT.append(default_lowerings())
-    return _DEFAULT[0]
+    return default_lowerings()

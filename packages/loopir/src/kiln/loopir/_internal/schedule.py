@@ -24,7 +24,7 @@ from .ir import (
     merged_index,
     placement,
 )
-from .lower import ExternCall, LoweredGraph, step_names
+from .lower import ExternCall, LoweredGraph, step_names, step_specs
 from .ops import ReadsWrites
 from .sizes import free_size_symbols, same_exprs
 from .values import StridedView
@@ -251,7 +251,7 @@ def _used_outside(groups: list, lowered: LoweredGraph) -> set[str]:
 def _buffer_specs(lowered: LoweredGraph) -> dict[str, BufferSpec]:
     specs = {i.spec.name: i.spec for i in lowered.inputs if i.spec is not None}
     for step in lowered.steps:
-        specs.update((spec.name, spec) for spec in (step.specs if isinstance(step, ExternCall) else (step.spec,)))
+        specs.update((spec.name, spec) for spec in step_specs(step))
     return specs
 
 
