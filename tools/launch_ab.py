@@ -1,11 +1,14 @@
-"""kiln's launch path A/B in one process (GPU): static launches + dispatcher-free output allocation
-switched on and off in alternating rounds on the same compiled models, beside Inductor.
+"""kiln's launch path A/B in one process (GPU): a launch-path change switched on and off in
+alternating rounds on the same compiled models, beside Inductor.
 
-    python tools/launch_ab.py
+    python tools/launch_ab.py [--switch static|fast] [--models bert llama gpt2]
 
+`--switch static` (default): static launches + dispatcher-free output allocation (session 9);
+`--switch fast`: the one-frame launch of static kernels (codegen_triton `fast_launch.py`).
 Host time differs a lot between runs of the device machine; alternating inside one process is
 what makes the two variants comparable (BENCHMARKS.md, session 9).
 """
+import argparse
 import gc
 import statistics
 
@@ -18,20 +21,21 @@ from kiln.integration import backend
 
 FAST_ALLOC = runtime._EMPTY_STRIDED_CUDA
 
-_found = []
-def launchers():
-    if not _found:
+_found = {}
+def instances(kind):
+    if kind not in _found:
+        _found[kind] = []
         for o in gc.get_objects():
             try:
-                if type(o) is launch.DirectLauncher:
-                    _found.append(o)
+                if type(o) is kind:
+                    _found[kind].append(o)
             except ReferenceError:
                 pass
-    return _found
+    return _found[kind]
 
-def set_mode(on, saved):
+def set_static(on, saved):
     runtime._EMPTY_STRIDED_CUDA = FAST_ALLOC if on else None
-    for launcher in launchers():
+    for launcher in instances(launch.DirectLauncher):
         for key, entry in list(launcher._launchers.items()):
             if on:
                 launcher._launchers[key] = (*entry[:4], saved.get((id(launcher), key)))
@@ -39,15 +43,29 @@ def set_mode(on, saved):
                 saved.setdefault((id(launcher), key), entry[4])
                 launcher._launchers[key] = (*entry[:4], None)
 
+def set_fast(on, saved):
+    for kernel in instances(runtime.TritonKernel):
+        if on:
+            kernel._fast = saved.get(id(kernel), kernel._fast)
+        else:
+            saved.setdefault(id(kernel), kernel._fast)
+            kernel._fast = False
+
 
 def ms(seconds):
     return tuple(s * 1e3 for s in seconds)
 
 
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("--switch", choices=["static", "fast"], default="static")
+parser.add_argument("--models", nargs="+", default=["bert", "llama"])
+cli = parser.parse_args()
+set_mode = set_static if cli.switch == "static" else set_fast
+print(f"switch: {cli.switch}; fast launches built: counted after the rounds")
 lines = []
 with torch.no_grad():
     for name, model, (ids,) in model_workloads("cuda"):
-        if name.split()[0] not in ("bert", "llama"):
+        if name.split()[0] not in cli.models:
             continue
         model = model.to(torch.bfloat16)
         torch._dynamo.reset()
@@ -61,6 +79,9 @@ with torch.no_grad():
             raise RuntimeError(f"{name}: Dynamo never called kiln")
         saved = {}
         _found.clear()
+        kernels = instances(runtime.TritonKernel)
+        print(f"{name}: {sum(callable(k._fast) for k in kernels)} of {len(kernels)} Triton kernels launch in one frame",
+              flush=True)
         res = {"off": [], "on": [], "inductor": []}
         for _ in range(7):
             for mode in ("off", "on"):

@@ -1,14 +1,24 @@
-"""Static launches (`static_launch.py`): which arguments reach torch's C++ launcher, typed how.
-The launcher only exists in CUDA builds of torch; here a stand-in records its calls (the real
-one runs in the GPU-mode suite: KILN_TRITON_TEST_DEVICE=cuda)."""
+"""Static launches (`static_launch.py`, `fast_launch.py`): which arguments reach torch's C++
+launcher, typed how, and what the one-frame launch leaves to the general path. The launcher only
+exists in CUDA builds of torch; here a stand-in records its calls (the real one runs in the
+GPU-mode suite: KILN_TRITON_TEST_DEVICE=cuda)."""
 
+import contextlib
+import os
 import types
 
 import pytest
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
+from kiln.codegen_triton import TritonCodegenError, TritonOptions, compile
 from kiln.codegen_triton._internal import static_launch
+from kiln.codegen_triton._internal.fast_launch import fast_launch
+from kiln.codegen_triton._internal.runtime import TritonKernel
 from kiln.codegen_triton._internal.static_launch import StaticLaunch, argument_plan
+from kiln.loopir import lower
+
+ON_GPU = os.environ.get("KILN_TRITON_TEST_DEVICE", "").startswith("cuda")  # see conftest.py
 
 
 def test_argument_plan_drops_constexprs_and_specialized_ints():
@@ -64,3 +74,84 @@ def test_kernels_the_launcher_cannot_run_keep_tritons(monkeypatch, compiled):
 def test_no_static_launch_without_torchs_launcher(monkeypatch):
     monkeypatch.setattr(static_launch, "_launcher_impl", lambda: None)
     assert StaticLaunch.of(fake_compiled(), 0) is None
+
+
+# fast_launch.py: the one-frame launch of a static kernel. CPU tensors report device -1, which
+# stands in for the CUDA device here; the GPU-mode suite runs it on real kernels below.
+class FakeStatic:
+    def __init__(self, kept_prefix=2):
+        self.impl, self.function, self.num_warps, self.shared, self.letters = FakeImpl(), "function", 4, 0, "OOOO"
+        self.kept_prefix, self.nulls = kept_prefix, (None, None)
+
+
+class Knobs:
+    launch_enter_hook = None
+
+
+def fake_plan():
+    return types.SimpleNamespace(in_meta=((torch.float32, (4,), (1,)),), sizes=(), grid=(3,),
+                                 out_allocations=(((4,), (1,), torch.float32),))
+
+
+def one_frame(static, knobs=None, device=-1):
+    return fast_launch(fake_plan(), static, -1, knobs or Knobs(), lambda d: 7,
+                       lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype, device="cpu"),
+                       lambda: device)
+
+
+def test_fast_launch_passes_inputs_outputs_and_null_scratch():
+    static = FakeStatic()
+    x = torch.randn(4, device="cpu")
+    (out,) = one_frame(static)((x,))
+    ((function, gx, gy, gz, warps, shared, letters, args, stream),) = static.impl.launched
+    assert (function, gx, gy, gz, warps, stream) == ("function", 3, 1, 1, 4, 7)
+    assert args[0] is x and args[1] is out and args[2:] == (None, None) and out.shape == (4,)
+
+
+class Hooked:
+    launch_enter_hook = types.SimpleNamespace(calls=[print])  # a profiler's hook chain
+
+
+@pytest.mark.parametrize("case", ["dtype", "stride", "shape", "misaligned", "not_a_tensor", "device", "hook",
+                                  "deterministic"])
+def test_fast_launch_leaves_what_it_was_not_specialized_for_to_the_general_path(case):
+    static = FakeStatic()
+    launch = one_frame(static, Hooked() if case == "hook" else None, 0 if case == "device" else -1)
+    with torch.device("cpu"):  # the GPU-mode suite's default device is CUDA
+        x = {"dtype": torch.zeros(4, dtype=torch.float64), "stride": torch.zeros(8)[::2], "shape": torch.zeros(5),
+             "misaligned": torch.zeros(5)[1:], "not_a_tensor": [0.0] * 4}.get(case, torch.zeros(4))
+    with _deterministic(case == "deterministic"):
+        assert launch((x,)) is None
+    assert static.impl.launched == []
+
+
+@contextlib.contextmanager
+def _deterministic(on):
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+def test_no_fast_launch_when_the_launcher_reorders_arguments():
+    assert one_frame(FakeStatic(kept_prefix=None)) is None
+
+
+@pytest.mark.skipif(not ON_GPU, reason="static launches need a CUDA build and a GPU: the GPU-mode suite runs this")
+def test_static_kernels_launch_in_one_frame_after_the_static_launch_went_through(tmp_path):
+    module = compile(lower(make_fx(lambda x: torch.sigmoid(x) * 3)(torch.randn(64, 33))), TritonOptions(cache_dir=tmp_path))
+    (kernel,) = [n.target for n in module.graph.nodes if isinstance(n.target, TritonKernel)]
+    x = torch.randn(64, 33)
+    for _ in range(3):  # Triton's launch (compiles), then the static launch proves itself
+        torch.testing.assert_close(module(x), torch.sigmoid(x) * 3)
+    assert callable(kernel._fast)
+    fast, launched = kernel._fast, []
+    kernel._fast = lambda inputs: launched.append(fast(inputs)) or launched[-1]
+    torch.testing.assert_close(module(x), torch.sigmoid(x) * 3)
+    assert launched[0] is not None  # the one-frame launch ran it
+    misaligned = torch.randn(64 * 33 + 1)[1:].view(64, 33)  # another Triton specialization: general path
+    torch.testing.assert_close(module(misaligned), torch.sigmoid(misaligned) * 3)
+    with pytest.raises(TritonCodegenError, match="strides"):  # the general path's check names it
+        kernel(torch.randn(33, 64).t())

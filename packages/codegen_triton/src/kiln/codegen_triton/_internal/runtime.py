@@ -23,6 +23,7 @@ from kiln.loopir import Kernel, fill_requested, fill_uninitialized
 from kiln.loopir.codegen import CheckSite, SizeFunction, raise_failed_check
 
 from . import autotune
+from .fast_launch import FastLaunch
 from .indexing import INT32_LIMIT
 from .launch import DirectLauncher
 from .options import TritonCodegenError, TritonOptions
@@ -109,6 +110,11 @@ class TritonKernel:
         self._check_inputs = options.check_inputs
         self._scatter_bases = signature.scatter_bases
         self._serial = signature.serial
+        # The one-frame launch of a static kernel (fast_launch.py): None until its static
+        # launch went through, False where it cannot apply.
+        self._fast: FastLaunch | bool | None = None
+        self._fast_eligible = (self._launcher is not None and not kernel.symbols and not self.checks
+                               and not self._scatter_bases and not options.fill_uninitialized)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return rebuild_kernel, (type(self), stored_kernel(self))
@@ -119,6 +125,11 @@ class TritonKernel:
         if len(args) != self._n_args:
             raise TypeError(f"{self.__name__} takes {self._n_in} tensors and {len(self.kernel.symbols)} "
                             f"sizes, got {len(args)} arguments")
+        fast = self._fast
+        if fast and len(args) == self._n_in:
+            outputs = fast(args)
+            if outputs is not None:
+                return outputs
         inputs, size_args = args[:self._n_in], self._plan_key(args[self._n_in:])
         plan = self._plans.get(size_args) or self._new_plan(size_args)
         if self._check_inputs and not self._inputs_match(inputs, plan):
@@ -149,6 +160,8 @@ class TritonKernel:
         self.launch_plan(plan, inputs, outputs, status, index)
         if status:
             self._report_checks(status[0], plan)
+        elif fast is None and index is not None:
+            self._fast = self._fast_eligible and self._launcher.fast_launch(plan, index, _EMPTY_STRIDED_CUDA)
         return outputs
 
     def can_precompile(self) -> bool:

@@ -64,17 +64,18 @@ class StaticLaunch:
 
     def __init__(self, impl: Any, function: Any, module: Any, num_warps: int, shared: int, letters: str,
                  kept: tuple[int, ...], trailing_nulls: int) -> None:
-        self._impl = impl
-        self._function = function
+        self.impl = impl
+        self.function = function
         self._module = module  # keeps the loaded module alive where the launcher returns one
-        self._num_warps = num_warps
-        self._shared = shared
-        self._letters = letters + "O" * trailing_nulls
+        self.num_warps = num_warps
+        self.shared = shared
+        self.letters = letters + "O" * trailing_nulls
         self._kept = kept
         # Usually the kept arguments are the first ones (the block-size constexprs come last):
-        # then a slice picks them, cheaper than an index per argument.
-        self._prefix = len(kept) if kept == tuple(range(len(kept))) else None
-        self._nulls = (None,) * trailing_nulls
+        # then a slice picks them, cheaper than an index per argument (and fast_launch.py can
+        # pass them without slicing).
+        self.kept_prefix = len(kept) if kept == tuple(range(len(kept))) else None
+        self.nulls = (None,) * trailing_nulls  # the scratch pointers, after the kept arguments
         self.proven = False  # a launch went through (a refused argument shows on the first)
 
     @classmethod
@@ -114,9 +115,9 @@ class StaticLaunch:
 
     def launch(self, grid_x: int, stream: int, args: Sequence[Any]) -> None:
         """`args`: every argument of the kernel in parameter order, constexprs included."""
-        if self._prefix is not None:
-            passed = args[:self._prefix] + self._nulls
+        if self.kept_prefix is not None:
+            passed = args[:self.kept_prefix] + self.nulls
         else:
-            passed = tuple(args[i] for i in self._kept) + self._nulls
-        self._impl._launch_kernel(self._function, grid_x, 1, 1, self._num_warps, self._shared,
-                                  self._letters, passed, stream)
+            passed = tuple(args[i] for i in self._kept) + self.nulls
+        self.impl._launch_kernel(self.function, grid_x, 1, 1, self.num_warps, self.shared,
+                                 self.letters, passed, stream)

@@ -1,0 +1,69 @@
+"""`fast_launch`: one Python frame from a kernel call to torch's C++ launcher.
+
+`TritonKernel.__call__` handles every case: size symbols, run-time checks, scatter bases,
+autotuning, filling uninitialized outputs, devices, launch hooks, Triton's own launcher. A call
+of a static kernel (no size symbols) whose launch went through `StaticLaunch` once has one plan
+and one compiled kernel; per call it only needs to confirm that the inputs are the ones that
+kernel was specialized for, allocate its outputs and launch. The closure built here does
+exactly that, in one frame: measured on an H200's host (tools/host_overhead.py, BENCHMARKS.md),
+the five frames of the general path (`__call__`, `launch_plan`, `DirectLauncher.launch`,
+`_static_launch`, `StaticLaunch.launch`) cost more than the launch itself.
+
+It returns None for anything it does not handle, and the caller takes the general path, which
+also builds the error message of a failed input check: another device, dtype, size, stride, a
+pointer Triton would specialize differently (not 16-byte aligned), torch's deterministic mode
+(it may ask to fill outputs), or an active launch hook (a profiler's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .static_launch import StaticLaunch
+
+_ALIGNMENT = 16  # bytes: Triton specializes pointers on `data_ptr() % 16 == 0`
+
+FastLaunch = Callable[[tuple], "tuple[torch.Tensor, ...] | None"]
+
+
+def fast_launch(plan: Any, static: StaticLaunch, device: int, knobs: Any, current_stream: Callable[[int], int],
+                allocate: Callable[..., torch.Tensor], current_device: Callable[[], int] | None = None,
+                ) -> FastLaunch | None:
+    """The one-frame launch of `plan` through `static` on CUDA device `device`, or None when
+    `static` passes its arguments in another order than (inputs, outputs, sizes).
+
+    `knobs`: Triton's runtime knobs (launch hooks); `allocate(size, stride, dtype)` allocates an
+    output on the current device; `current_device()` is its index (torch's, by default)."""
+    n_args = len(plan.in_meta) + len(plan.out_allocations) + len(plan.sizes)
+    if static.kept_prefix != n_args or not plan.in_meta:
+        return None
+    in_meta, allocations = plan.in_meta, plan.out_allocations
+    tail = (*plan.sizes, *static.nulls)
+    launch_kernel, function = static.impl._launch_kernel, static.function
+    grid_x, warps, shared, letters = plan.grid[0], static.num_warps, static.shared, static.letters
+    current_device = current_device or torch._C._cuda_getDevice
+    deterministic = torch.are_deterministic_algorithms_enabled
+
+    def launch(inputs: tuple) -> tuple[torch.Tensor, ...] | None:
+        if current_device() != device or deterministic():
+            return None
+        enter = knobs.launch_enter_hook
+        if enter is not None and getattr(enter, "calls", True):
+            return None
+        try:
+            for tensor, (dtype, size, stride) in zip(inputs, in_meta):
+                if (tensor.dtype is not dtype or tensor.get_device() != device or tensor.stride() != stride
+                        or tensor.shape != size or tensor.data_ptr() % _ALIGNMENT):
+                    return None
+        except (AttributeError, TypeError):  # not a tensor: the general path's check names it
+            return None
+        outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype in allocations])
+        launch_kernel(function, grid_x, 1, 1, warps, shared, letters, inputs + outputs + tail,
+                      current_stream(device))
+        return outputs
+
+    return launch
+
