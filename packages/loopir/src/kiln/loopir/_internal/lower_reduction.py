@@ -12,7 +12,7 @@ import torch
 from .ir import Reduction
 from .lower import LoweringError, node_location
 from .lower_pointwise import broadcast_load, pointwise
-from .lower_split import SPLIT_TYPES, split_factor, split_reduction
+from .lower_split import SPLIT_TYPES, reduces_contiguous_dim, split_factor, split_reduction
 from .registry import Lowerings
 from .sizes import Expr, compute_dtype, contiguous_strides, flat_index, numel, to_exprs
 
@@ -62,7 +62,7 @@ def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str, out: Any 
         position = flat_index(rindex, contiguous_strides(reduced_sizes))
         return loaded, ops.index_expr(position, torch.int64)
 
-    split = split_factor(numel(to_exprs(out.shape)), reduced_sizes, len(in_size) - 1 in reduced) \
+    split = split_factor(numel(to_exprs(out.shape)), reduced_sizes, reduces_contiguous_dim(node, reduced, len(in_size))) \
         if ctx.split_reductions and reduction_type in SPLIT_TYPES else 1
     if split > 1:
         return split_reduction(ctx, node.name, inner, to_exprs(out.shape), reduced_sizes, reduction_type, dtype,

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
+import torch
 
 from .ir import Reduction
 from .lower_pointwise import broadcast_load
@@ -51,6 +52,21 @@ def split_factor(out_numel: Expr, reduced_sizes: Sequence[Expr], reduces_last_di
     programs = outputs if reduces_last_dim else max(1, outputs // STRIDED_OUTPUTS_PER_PROGRAM)
     most = min(-(-TARGET_PROGRAMS // programs), rnumel // MIN_CHUNK, first)
     return next((s for s in range(most, 1, -1) if first % s == 0), 1)
+
+
+def reduces_contiguous_dim(node: Any, reduced: Sequence[int], rank: int) -> bool:
+    """Whether a reduction of `node`'s first argument over dims `reduced` walks the dim its
+    elements are contiguous along: eager's layout of the argument (its FakeTensor) says which
+    dim that is. A channels-last batch's is the channel dim (a batch norm's statistics over N,
+    H, W reduce over outer dims, in memory), not the logical last dim."""
+    source = node.args[0] if node.args else None
+    fake = source.meta.get("val") if hasattr(source, "meta") else None
+    if isinstance(fake, torch.Tensor) and fake.dim() == rank:
+        unit = [d for d, (n, st) in enumerate(zip(fake.shape, fake.stride()))
+                if type(st) is int and st == 1 and n != 1]
+        if unit:
+            return unit[-1] in reduced
+    return rank - 1 in reduced
 
 
 def split_reduction(ctx: Any, origin: str, inner: Callable[..., Any], out_size: Sequence[Expr],
