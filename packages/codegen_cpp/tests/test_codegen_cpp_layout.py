@@ -116,3 +116,22 @@ def test_graph_without_kernels(cpp):
     compiled = cpp.check(lambda x, w: (torch.mm(x, w), x.t()), torch.randn(3, 4), torch.randn(4, 2))
     assert not compiled.kernel_graph.kernels
     assert compiled.artifacts.library_path is None
+
+
+def test_static_kernels_run_from_their_one_layout(cpp):
+    """A kernel without size symbols runs from its precomputed layouts (`_static_call`); any
+    other input leaves it to the general path, which checks and names what differs."""
+    compiled = cpp.build(lambda x: x * 2 + 1, torch.randn(4, 5))
+    kernel = _kernel(compiled)
+    x = torch.randn(4, 5)
+    (out,) = kernel._static_call((x,))
+    cpp.assert_same(out, x * 2 + 1)
+    for other in [(torch.randn(5, 4).t(),), (torch.randn(4, 5, dtype=torch.float64),), ([1.0] * 5,), (x, x)]:
+        assert kernel._static_call(other) is None
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)  # may ask to fill new outputs: the general path does
+    try:
+        assert kernel._static_call((x,)) is None
+        cpp.assert_same(kernel(x)[0], x * 2 + 1)
+    finally:
+        torch.use_deterministic_algorithms(before)

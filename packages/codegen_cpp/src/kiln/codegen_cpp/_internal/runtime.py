@@ -30,6 +30,17 @@ from kiln.loopir.codegen import (
 )
 
 
+def _empty_strided_cpu_dispatched(size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+
+
+# Allocates a CPU tensor without torch's dispatcher: about a quarter of the host time of
+# torch.empty_strided(..., device="cpu") per output (the allocator Dynamo's own guards and
+# Inductor's CPU wrappers use); torch's dispatcher on a torch without it.
+_EMPTY_STRIDED_CPU = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_empty_strided_cpu",
+                             _empty_strided_cpu_dispatched)
+
+
 class LibraryUnavailable(RuntimeError):
     """A pickled kernel's shared library is missing, damaged or in an unsafe directory."""
 
@@ -166,12 +177,26 @@ class CompiledKernel:
                                             + [o.stride for o in kernel.outputs])
         self._layouts = _InputLayouts(kernel) if check_inputs else None
         self._scatter_bases = KernelSignature.of(kernel).scatter_bases
+        # A kernel without size symbols, run-time checks or scatter bases has one layout per
+        # output and (checked) one per input: `_static_call` runs it from those alone.
+        self._static: tuple[tuple[Any, ...], tuple[Any, ...] | None] | None = None
+        if not kernel.symbols and not self.checks and not self._scatter_bases:
+            layouts, n_out = self._output_layouts(), len(kernel.outputs)
+            allocations = tuple((tuple(size), tuple(stride), spec.dtype)
+                                for size, stride, spec in zip(layouts[:n_out], layouts[n_out:], kernel.outputs))
+            exact = self._layouts.exact if self._layouts is not None else None
+            if self._layouts is None or exact is not None:
+                self._static = (allocations, exact)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_unpickle_kernel, (KernelSignature.of(self.kernel), self._library_path, self._check_inputs,
                                    self.checks, self.fill))
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
+        if self._static is not None:
+            outputs = self._static_call(args)
+            if outputs is not None:
+                return outputs
         n_in = len(self.kernel.inputs)
         if len(args) != n_in + len(self.kernel.symbols):
             raise TypeError(f"{self.__name__} takes {n_in} tensors and {len(self.kernel.symbols)} sizes, "
@@ -181,7 +206,7 @@ class CompiledKernel:
             self._layouts.check(inputs, sizes)
         layouts = self._output_layouts(*sizes)
         n_out = len(self.kernel.outputs)
-        outputs = tuple(torch.empty_strided(size, stride, dtype=spec.dtype, device="cpu")
+        outputs = tuple(_EMPTY_STRIDED_CPU(size, stride, spec.dtype)
                         for size, stride, spec in zip(layouts[:n_out], layouts[n_out:], self.kernel.outputs))
         if fill_requested(self.fill):
             fill_uninitialized(outputs)
@@ -195,6 +220,26 @@ class CompiledKernel:
         self._function(*pointers, *sizes, ctypes.byref(status))
         if status.value:
             raise_failed_check(self.__name__, self.kernel.symbols, self.checks, status.value, sizes)
+        return outputs
+
+    def _static_call(self, inputs: tuple[Any, ...]) -> tuple[torch.Tensor, ...] | None:
+        """Run a static kernel (see `_static`) on inputs of exactly its inputs' layouts; None for
+        anything else (another layout, a stray argument, outputs to fill), which the general
+        path handles and names in its errors."""
+        allocations, exact = self._static
+        if len(inputs) != len(self.kernel.inputs):
+            return None
+        if exact is not None:
+            try:
+                for tensor, (dtype, size, stride) in zip(inputs, exact):
+                    if tensor.dtype is not dtype or not tensor.is_cpu or tensor.shape != size or tensor.stride() != stride:
+                        return None
+            except AttributeError:  # not a tensor
+                return None
+        if self.fill or torch.are_deterministic_algorithms_enabled():
+            return None  # fill_requested: the general path fills
+        outputs = tuple([_EMPTY_STRIDED_CPU(size, stride, dtype) for size, stride, dtype in allocations])
+        self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
         return outputs
 
     def __repr__(self) -> str:
