@@ -112,6 +112,21 @@ else:
 
 
 @triton.jit
+def welford_fold(mean, m2, weight):
+    """(mean, m2, count) of each row from its lanes' Welford means, m2s and counts (`weight`:
+    [XBLOCK or 1, RBLOCK]), as [XBLOCK, 1] blocks. Two passes over the lanes (the row's mean
+    from the lanes' sums, then their deviations from it: Chan et al.'s combination, all lanes at
+    once), so nothing is divided per lane. Over no values: NaN, 0, 0. A lane with an infinity
+    or NaN makes the row's m2 NaN, as eager's variance of such a row is."""
+    weight = tl.broadcast_to(weight, mean.shape)
+    count = tl.sum(weight, 1)[:, None]
+    row_mean = tl.sum(mean * weight, 1)[:, None] / count
+    deviation = mean - row_mean
+    between = tl.where(weight > 0, weight * deviation * deviation, 0.0)
+    return row_mean, tl.sum(m2, 1)[:, None] + tl.sum(between, 1)[:, None], count
+
+
+@triton.jit
 def multiply(a, b):
     """The combine function of prod reductions."""
     return a * b

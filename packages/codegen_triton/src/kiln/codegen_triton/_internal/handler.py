@@ -18,8 +18,10 @@ their bounds are recorded to choose the kernel's index width.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -142,6 +144,9 @@ class TritonHandler(TextHandler):
         self.block_vars = index_vars - scalar_vars
         self.numels = {n.name: sympy.Mul(*n.spec.size) for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
+        # How many statements a later node of a shared reduction loop found after the loop (see
+        # `reduction`): its body's values all come from the loop's first node, so it adds none.
+        self.shared_loop_mark = 0
         self.scan_init: list[str] = []  # a scan's running value, declared before its loop
         # Masks of the loop being emitted (kernel_source sets them): what an indirect index, a
         # value of that loop, is masked by where it is used.
@@ -272,19 +277,38 @@ class TritonHandler(TextHandler):
                                      f"positions, but {name} has {numel} elements: the rest would never be "
                                      "written")
 
-    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
-        """Ends the loop body: what was emitted so far runs once per RBLOCK chunk."""
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> Any:
+        """Ends the loop body: what was emitted so far runs once per RBLOCK chunk. A later node of
+        a shared loop (`kernel_source.shared_reduction_loops`: the same values reduced at the
+        same place) adds its accumulator's update to the body an earlier node closed."""
+        shared = self.loop_body is not None
+        if shared:
+            if len(self.lines) != self.shared_loop_mark:
+                raise TritonCodegenError(f"{self._where()}: shares a reduction loop but its values were not "
+                                         "all computed by the loop's first node")
+            after, self.lines = self.lines, self.loop_body
         if reduction_type in ("argmax", "argmin"):
-            return self._arg_reduction(name, reduction_type, dtype, *value)
-        acc = f"acc_{name}"
-        identity = reduction_identity(reduction_type, dtype)
-        masked = self.var(f"tl.where(xmask & rmask, {value}, {identity})")
-        self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
-        init = f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})"
-        return self._end_loop(PendingReduction(reduction_type, (init,), self.end_loop_body()),
-                              _REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
+            init, fold = self._arg_reduction(name, reduction_type, dtype, *value)
+        elif reduction_type == "welford":
+            init, fold = self._welford(name, dtype, value)
+        else:
+            acc = f"acc_{name}"
+            identity = reduction_identity(reduction_type, dtype)
+            masked = self.var(f"tl.where(xmask & rmask, {value}, {identity})")
+            self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
+            init = (f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})",)
+            fold = functools.partial(self.var, _REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
+        if shared:
+            self.lines = after
+            pending = self.pending_reduction
+            self.pending_reduction = dataclasses.replace(pending, init=pending.init + init)
+        else:
+            self.pending_reduction = PendingReduction(reduction_type, init, self.end_loop_body())
+        self.loop_masks, self.loop_ranges = ("xmask",), ()
+        return fold()
 
-    def _arg_reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str, position: str) -> str:
+    def _arg_reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str, position: str
+                       ) -> tuple[tuple[str, ...], Callable[[], str]]:
         """Each lane keeps its best value and that value's position (a strictly better value or
         the first NaN replaces them); the fold picks the best lane, the lowest position on ties."""
         best, at = f"best_{name}", f"acc_{name}"
@@ -295,13 +319,38 @@ class TritonHandler(TextHandler):
         self.lines += [f"{at} = tl.where({take}, {position}, {at})", f"{best} = tl.where({take}, {masked}, {best})"]
         init = (f"{best} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})",
                 f"{at} = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
-        fold = f"tl.reduce(({best}, {at}), 1, kiln_device.{reduction_type}_combine)[1][:, None]"
-        return self._end_loop(PendingReduction(reduction_type, init, self.end_loop_body()), fold)
+        return init, functools.partial(self.var, f"tl.reduce(({best}, {at}), 1, kiln_device.{reduction_type}_combine)"
+                                                 "[1][:, None]")
 
-    def _end_loop(self, pending: PendingReduction, fold: str) -> str:
-        self.pending_reduction = pending
-        self.loop_masks, self.loop_ranges = ("xmask",), ()
-        return self.var(fold)
+    def _welford(self, name: str, dtype: torch.dtype, value: str) -> tuple[tuple[str, ...], Callable[[], tuple]]:
+        """Each lane keeps the mean and m2 (sum of squared deviations) of the values it saw,
+        updated by Welford's recurrence: every lane still in the row takes its k-th value at
+        step k, so its count is the step's, one reciprocal per step. The fold combines the
+        lanes (`kiln_device.welford_fold`). When the row fits one step (RBLOCK, a constexpr, at
+        least its constant length) a lane's mean is its one value and the fold's two passes over
+        the lanes are the whole computation: no update math per element."""
+        target = tl_dtype(dtype, self._where())
+        mean, m2, delta, step = (f"{part}_{name}" for part in ("wmean", "wm2", "wdelta", "wstep"))
+        update = [f"{delta} = {value} - {mean}",
+                  f"{step} = {mean} + {delta} * (1.0 / (roffset // RBLOCK + 1))",
+                  f"{m2} = tl.where(xmask & rmask, {m2} + {delta} * ({value} - {step}), {m2})",
+                  f"{mean} = tl.where(xmask & rmask, {step}, {mean})"]
+        rnumel = sympy.Mul(*self.loop_ranges)
+        if rnumel.is_Integer:
+            update = [f"if RBLOCK >= {rnumel}:  # static: the whole row in one step",
+                      f"    {mean} = tl.where(xmask & rmask, {value}, {mean})",
+                      "else:", *("    " + line for line in update)]
+        self.lines += update
+        init = (f"{mean} = tl.zeros([XBLOCK, RBLOCK], {target})", f"{m2} = tl.zeros([XBLOCK, RBLOCK], {target})")
+
+        def fold() -> tuple[str, str, str]:
+            # lane j takes part in every step where roffset + j < rnumel
+            weights = self.var(f"tl.where(rbase < rnumel, (rnumel - rbase + RBLOCK - 1) // RBLOCK, 0).to({target})")
+            stats = tuple(f"{part}_{name}" for part in ("mean", "m2", "weight"))
+            self.lines.append(f"{', '.join(stats)} = kiln_device.welford_fold({mean}, {m2}, {weights})")
+            return stats
+
+        return init, fold
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)
