@@ -112,18 +112,22 @@ else:
 
 
 @triton.jit
-def welford_fold(mean, m2, weight):
-    """(mean, m2, count) of each row from its lanes' Welford means, m2s and counts (`weight`:
-    [XBLOCK or 1, RBLOCK]), as [XBLOCK, 1] blocks. Two passes over the lanes (the row's mean
-    from the lanes' sums, then their deviations from it: Chan et al.'s combination, all lanes at
-    once), so nothing is divided per lane. Over no values: NaN, 0, 0. A lane with an infinity
-    or NaN makes the row's m2 NaN, as eager's variance of such a row is."""
+def welford_fold(shift, mean, m2, weight):
+    """(mean, m2, count) of each row, as [XBLOCK, 1] blocks, from its lanes' Welford states:
+    each lane's values less its `shift` have mean `mean` and sum of squared deviations `m2`,
+    over `weight` values ([XBLOCK or 1, RBLOCK]). Lane means are taken relative to lane 0's
+    shift (the row's first value), where they are small and exact differences, then combined
+    in two passes over the lanes (Chan et al.'s combination, all lanes at once): nothing is
+    divided per lane. Over no values: NaN, 0, 0. An infinity or NaN makes the row's m2 NaN,
+    as eager's variance of such a row is."""
     weight = tl.broadcast_to(weight, mean.shape)
     count = tl.sum(weight, 1)[:, None]
-    row_mean = tl.sum(mean * weight, 1)[:, None] / count
-    deviation = mean - row_mean
+    first = tl.sum(tl.where(tl.arange(0, mean.shape[1])[None, :] == 0, shift, 0.0), 1)[:, None]
+    local = tl.where(weight > 0, (shift - first) + mean, 0.0)
+    local_mean = tl.sum(local * weight, 1)[:, None] / count
+    deviation = local - local_mean
     between = tl.where(weight > 0, weight * deviation * deviation, 0.0)
-    return row_mean, tl.sum(m2, 1)[:, None] + tl.sum(between, 1)[:, None], count
+    return first + local_mean, tl.sum(m2, 1)[:, None] + tl.sum(between, 1)[:, None], count
 
 
 @triton.jit

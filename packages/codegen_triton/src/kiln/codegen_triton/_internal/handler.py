@@ -323,31 +323,36 @@ class TritonHandler(TextHandler):
                                                  "[1][:, None]")
 
     def _welford(self, name: str, dtype: torch.dtype, value: str) -> tuple[tuple[str, ...], Callable[[], tuple]]:
-        """Each lane keeps the mean and m2 (sum of squared deviations) of the values it saw,
-        updated by Welford's recurrence: every lane still in the row takes its k-th value at
-        step k, so its count is the step's, one reciprocal per step. The fold combines the
-        lanes (`kiln_device.welford_fold`). When the row fits one step (RBLOCK, a constexpr, at
-        least its constant length) a lane's mean is its one value and the fold's two passes over
-        the lanes are the whole computation: no update math per element."""
+        """Each lane keeps its first value (`wshift`) and the mean and m2 (sum of squared
+        deviations) of its values minus that one, by Welford's recurrence: a large mean then
+        costs no precision, as it does not in decomp's var (shifted by the row's first element).
+        Every lane still in the row takes its k-th value at step k, so its count is the step's:
+        one reciprocal per step. The fold combines the lanes (`kiln_device.welford_fold`). When the
+        row fits one step (RBLOCK, a constexpr, at least its constant length) a lane's shift is
+        its one value and the fold's two passes over the lanes are the whole computation."""
         target = tl_dtype(dtype, self._where())
-        mean, m2, delta, step = (f"{part}_{name}" for part in ("wmean", "wm2", "wdelta", "wstep"))
-        update = [f"{delta} = {value} - {mean}",
+        value = self.var(f"{value}.to({target})")
+        shift, mean, m2, shifted, delta, step = (f"{part}_{name}" for part in (
+            "wshift", "wmean", "wm2", "wvalue", "wdelta", "wstep"))
+        update = [f"{shift} = tl.where(xmask & rmask & (roffset == 0), {value}, {shift})",
+                  f"{shifted} = {value} - {shift}",
+                  f"{delta} = {shifted} - {mean}",
                   f"{step} = {mean} + {delta} * (1.0 / (roffset // RBLOCK + 1))",
-                  f"{m2} = tl.where(xmask & rmask, {m2} + {delta} * ({value} - {step}), {m2})",
+                  f"{m2} = tl.where(xmask & rmask, {m2} + {delta} * ({shifted} - {step}), {m2})",
                   f"{mean} = tl.where(xmask & rmask, {step}, {mean})"]
         rnumel = sympy.Mul(*self.loop_ranges)
         if rnumel.is_Integer:
             update = [f"if RBLOCK >= {rnumel}:  # static: the whole row in one step",
-                      f"    {mean} = tl.where(xmask & rmask, {value}, {mean})",
+                      f"    {shift} = tl.where(xmask & rmask, {value}, {shift})",
                       "else:", *("    " + line for line in update)]
         self.lines += update
-        init = (f"{mean} = tl.zeros([XBLOCK, RBLOCK], {target})", f"{m2} = tl.zeros([XBLOCK, RBLOCK], {target})")
+        init = tuple(f"{acc} = tl.zeros([XBLOCK, RBLOCK], {target})" for acc in (shift, mean, m2))
 
         def fold() -> tuple[str, str, str]:
             # lane j takes part in every step where roffset + j < rnumel
             weights = self.var(f"tl.where(rbase < rnumel, (rnumel - rbase + RBLOCK - 1) // RBLOCK, 0).to({target})")
             stats = tuple(f"{part}_{name}" for part in ("mean", "m2", "weight"))
-            self.lines.append(f"{', '.join(stats)} = kiln_device.welford_fold({mean}, {m2}, {weights})")
+            self.lines.append(f"{', '.join(stats)} = kiln_device.welford_fold({shift}, {mean}, {m2}, {weights})")
             return stats
 
         return init, fold
