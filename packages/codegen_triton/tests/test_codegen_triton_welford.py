@@ -4,6 +4,10 @@ welford=True)`), and the kernel runs both in one loop that loads each element on
 Welford; a row that fits one RBLOCK step folds its lanes in two passes over registers).
 Differential tests against eager (interpreter on CPU, or compiled for a GPU: see conftest.py)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -58,7 +62,7 @@ def compile_one_pass(fn, args, options):
     module = compile(kernel_graph, options)
     verify(module)
     source = module.meta["kiln_triton"].source
-    assert "kiln_device.welford_fold" in source, source
+    assert "kiln_device.welford_step" in source, source
     return module, source
 
 
@@ -161,7 +165,7 @@ def test_norm_variance_of_offset_rows_is_accurate(offset, spread, rblock, cache_
     module, _ = compile_one_pass(lambda x: norm_statistics(x, [-1])[1:], (x,), _options(cache_dir, rblock))
     mean, var = module(x)
     torch.testing.assert_close(var.double(), x.double().var(-1, correction=0, keepdim=True), rtol=1e-5, atol=0)
-    torch.testing.assert_close(mean.double(), x.double().mean(-1, keepdim=True), rtol=1e-7, atol=0)
+    torch.testing.assert_close(mean.double(), x.double().mean(-1, keepdim=True), rtol=3e-7, atol=0)
 
 
 def test_two_passes_without_the_capability(cache_dir):
@@ -170,3 +174,39 @@ def test_two_passes_without_the_capability(cache_dir):
     module = compile(kernel_graph, _options(cache_dir, 8))
     assert row_loops(module.meta["kiln_triton"].source, "x_1") == (2, 2)
     torch.testing.assert_close(module(x), torch.var_mean(x, -1))
+
+
+# Compiles kernel0 of the generated source `sys.argv[1]` with Triton's NVIDIA backend (no GPU
+# needed) at each RBLOCK of `sys.argv[2:]`, with the launcher's 16 warps: the interpreter runs
+# Python, so only a real compile checks the loop-carried row state's types and the row-first
+# branch inside the loop.
+COMPILE_FOR_SM90 = """
+import importlib.util, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+spec = importlib.util.spec_from_file_location("generated", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+jit = module.kernel0
+names = jit.arg_names
+signature = {n: "*bf16" if n.startswith("in_") else "*fp32" if n.startswith("out_") else "i32" for n in names}
+signature.update(XBLOCK="constexpr", RBLOCK="constexpr")
+for rblock in map(int, sys.argv[2:]):
+    constants = {(names.index("XBLOCK"),): 1, (names.index("RBLOCK"),): rblock}
+    triton.compile(ASTSource(jit, signature, constants), target=GPUTarget("cuda", 90, 32), options={"num_warps": 16})
+print("compiled")
+"""
+
+
+def test_one_pass_kernel_compiles_for_a_gpu(cache_dir):
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    x = torch.randn(2, 16384, dtype=torch.bfloat16)
+    kernel_graph = lower(make_fx(lambda x: (var_mean(x)[0].float(), var_mean(x)[1].float()))(x),
+                         row_temporaries=True, recompute_cheap=True, welford=True)
+    path = compile(kernel_graph, _options(cache_dir)).meta["kiln_triton"].source_path
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90, str(path), "8192", "16384"],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]

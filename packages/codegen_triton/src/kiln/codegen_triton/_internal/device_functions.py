@@ -112,22 +112,20 @@ else:
 
 
 @triton.jit
-def welford_fold(shift, mean, m2, weight):
-    """(mean, m2, count) of each row, as [XBLOCK, 1] blocks, from its lanes' Welford states:
-    each lane's values less its `shift` have mean `mean` and sum of squared deviations `m2`,
-    over `weight` values ([XBLOCK or 1, RBLOCK]). Lane means are taken relative to lane 0's
-    shift (the row's first value), where they are small and exact differences, then combined
-    in two passes over the lanes (Chan et al.'s combination, all lanes at once): nothing is
-    divided per lane. Over no values: NaN, 0, 0. An infinity or NaN makes the row's m2 NaN,
-    as eager's variance of such a row is."""
-    weight = tl.broadcast_to(weight, mean.shape)
-    count = tl.sum(weight, 1)[:, None]
-    first = tl.sum(tl.where(tl.arange(0, mean.shape[1])[None, :] == 0, shift, 0.0), 1)[:, None]
-    local = tl.where(weight > 0, (shift - first) + mean, 0.0)
-    local_mean = tl.sum(local * weight, 1)[:, None] / count
-    deviation = local - local_mean
-    between = tl.where(weight > 0, weight * deviation * deviation, 0.0)
-    return first + local_mean, tl.sum(m2, 1)[:, None] + tl.sum(between, 1)[:, None], count
+def welford_step(mean, m2, shifted, mask, done, count):
+    """A row's running (mean, m2) of its first `done` values combined with the next `count`,
+    `shifted` where `mask` is set: their mean, then their sum of squared deviations from it (two
+    passes over registers), then Chan et al.'s pairwise update. Counts are per step, not per
+    element: nothing is divided per element. An infinity or NaN makes m2 NaN, as eager's
+    variance of such a row is."""
+    chunk_mean = tl.sum(tl.where(mask, shifted, 0.0), 1)[:, None] / count
+    deviation = tl.where(mask, shifted - chunk_mean, 0.0)
+    chunk_m2 = tl.sum(deviation * deviation, 1)[:, None]
+    delta = chunk_mean - mean
+    share = count / (done + count)
+    # (delta * done * share) * delta, not delta * delta * ...: at the first step (done 0) a
+    # delta whose square overflows must add 0, not inf * 0
+    return mean + delta * share, m2 + chunk_m2 + (delta * (done * share)) * delta
 
 
 @triton.jit

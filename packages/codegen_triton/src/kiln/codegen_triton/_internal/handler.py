@@ -34,6 +34,7 @@ from .indexing import flat_offset, index_bounds, inner_loop, outer_loop
 from .options import TritonCodegenError
 from .printer import triton_expr
 from .scatter_source import scatter_update
+from .welford_source import welford_source
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,8 @@ class TritonHandler(TextHandler):
         # How many statements a later node of a shared reduction loop found after the loop (see
         # `reduction`): its body's values all come from the loop's first node, so it adds none.
         self.shared_loop_mark = 0
+        # Sums of the reduction loop being emitted fold at every step (see `_accumulate`).
+        self.per_step_sums = False
         self.scan_init: list[str] = []  # a scan's running value, declared before its loop
         # Masks of the loop being emitted (kernel_source sets them): what an indirect index, a
         # value of that loop, is masked by where it is used.
@@ -292,12 +295,7 @@ class TritonHandler(TextHandler):
         elif reduction_type == "welford":
             init, fold = self._welford(name, dtype, value)
         else:
-            acc = f"acc_{name}"
-            identity = reduction_identity(reduction_type, dtype)
-            masked = self.var(f"tl.where(xmask & rmask, {value}, {identity})")
-            self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
-            init = (f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})",)
-            fold = functools.partial(self.var, _REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
+            init, fold = self._accumulate(name, reduction_type, dtype, value)
         if shared:
             self.lines = after
             pending = self.pending_reduction
@@ -306,6 +304,22 @@ class TritonHandler(TextHandler):
             self.pending_reduction = PendingReduction(reduction_type, init, self.end_loop_body())
         self.loop_masks, self.loop_ranges = ("xmask",), ()
         return fold()
+
+    def _accumulate(self, name: str, reduction_type: str, dtype: torch.dtype, value: str
+                    ) -> tuple[tuple[str, ...], Callable[[], str]]:
+        """Each lane accumulates its values; the fold combines the lanes after the loop. In a loop
+        with row state (`per_step_sums`: a Welford's), a sum is folded at every step instead, into
+        one value per row: no [XBLOCK, RBLOCK] accumulator stays live beside the step's values."""
+        acc = f"acc_{name}"
+        identity = reduction_identity(reduction_type, dtype)
+        masked = self.var(f"tl.where(xmask & rmask, {value}, {identity})")
+        target = tl_dtype(dtype, self._where())
+        if self.per_step_sums and reduction_type == "sum":
+            self.lines.append(f"{acc} = {acc} + tl.sum({masked}, 1)[:, None]")
+            return (f"{acc} = tl.zeros([XBLOCK, 1], {target})",), lambda: acc
+        self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
+        init = (f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {target})",)
+        return init, functools.partial(self.var, _REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
 
     def _arg_reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str, position: str
                        ) -> tuple[tuple[str, ...], Callable[[], str]]:
@@ -323,39 +337,16 @@ class TritonHandler(TextHandler):
                                                  "[1][:, None]")
 
     def _welford(self, name: str, dtype: torch.dtype, value: str) -> tuple[tuple[str, ...], Callable[[], tuple]]:
-        """Each lane keeps its first value (`wshift`) and the mean and m2 (sum of squared
-        deviations) of its values minus that one, by Welford's recurrence: a large mean then
-        costs no precision, as it does not in decomp's var (shifted by the row's first element).
-        Every lane still in the row takes its k-th value at step k, so its count is the step's:
-        one reciprocal per step. The fold combines the lanes (`kiln_device.welford_fold`). When the
-        row fits one step (RBLOCK, a constexpr, at least its constant length) a lane's shift is
-        its one value and the fold's two passes over the lanes are the whole computation."""
+        """The row's mean, m2 (sum of squared deviations) and count in one pass (`welford_source`)."""
         target = tl_dtype(dtype, self._where())
-        value = self.var(f"{value}.to({target})")
-        shift, mean, m2, shifted, delta, step = (f"{part}_{name}" for part in (
-            "wshift", "wmean", "wm2", "wvalue", "wdelta", "wstep"))
-        update = [f"{shift} = tl.where(xmask & rmask & (roffset == 0), {value}, {shift})",
-                  f"{shifted} = {value} - {shift}",
-                  f"{delta} = {shifted} - {mean}",
-                  f"{step} = {mean} + {delta} * (1.0 / (roffset // RBLOCK + 1))",
-                  f"{m2} = tl.where(xmask & rmask, {m2} + {delta} * ({shifted} - {step}), {m2})",
-                  f"{mean} = tl.where(xmask & rmask, {step}, {mean})"]
-        rnumel = sympy.Mul(*self.loop_ranges)
-        if rnumel.is_Integer:
-            update = [f"if RBLOCK >= {rnumel}:  # static: the whole row in one step",
-                      f"    {shift} = tl.where(xmask & rmask, {value}, {shift})",
-                      "else:", *("    " + line for line in update)]
-        self.lines += update
-        init = tuple(f"{acc} = tl.zeros([XBLOCK, RBLOCK], {target})" for acc in (shift, mean, m2))
+        source = welford_source(name, self.var(f"{value}.to({target})"), target)
+        self.lines += source.update
 
         def fold() -> tuple[str, str, str]:
-            # lane j takes part in every step where roffset + j < rnumel
-            weights = self.var(f"tl.where(rbase < rnumel, (rnumel - rbase + RBLOCK - 1) // RBLOCK, 0).to({target})")
-            stats = tuple(f"{part}_{name}" for part in ("mean", "m2", "weight"))
-            self.lines.append(f"{', '.join(stats)} = kiln_device.welford_fold({shift}, {mean}, {m2}, {weights})")
-            return stats
+            self.lines += source.fold
+            return source.results
 
-        return init, fold
+        return source.init, fold
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)
