@@ -181,21 +181,18 @@ def test_two_passes_without_the_capability(cache_dir):
 # Python, so only a real compile checks the loop-carried row state's types and the row-first
 # branch inside the loop.
 COMPILE_FOR_SM90 = """
-import importlib.util, sys
-import triton
+import runpy, sys
+from triton import compile
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-spec = importlib.util.spec_from_file_location("generated", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-jit = module.kernel0
+jit = runpy.run_path(sys.argv[1])["kernel0"]
 names = jit.arg_names
 signature = {n: "*bf16" if n.startswith("in_") else "*fp32" if n.startswith("out_") else "i32" for n in names}
 signature.update(XBLOCK="constexpr", RBLOCK="constexpr")
 for rblock in map(int, sys.argv[2:]):
     constants = {(names.index("XBLOCK"),): 1, (names.index("RBLOCK"),): rblock}
-    triton.compile(ASTSource(jit, signature, constants), target=GPUTarget("cuda", 90, 32), options={"num_warps": 16})
+    compile(ASTSource(jit, signature, constants), target=GPUTarget("cuda", 90, 32), options={"num_warps": 16})
 print("compiled")
 """
 
