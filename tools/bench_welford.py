@@ -1,8 +1,9 @@
 """One-pass (Welford) against two-pass variance on the GPU: var_mean and layer norm rows (issues 13/14).
 
-    python tools/bench_welford.py [--widths 1024 4096 16384] [--dtypes float32 bfloat16] [--graphs] [--out welford.md]
+    PYTHONPATH=$(ls -d $PWD/packages/*/src | tr '\n' ':')$PWD/integration/src \
+        python tools/bench_welford.py [--widths 1024 4096 16384] [--dtypes float32 bfloat16] [--graphs] [--out welford.md]
 
-Run with the source tree first on PYTHONPATH (DEVELOPERS.md's recipe). For every workload
+Run from the repository root, its sources first on PYTHONPATH as above. For every workload
 (var_mean and layer norm over the last dim, group norm statistics), row width and dtype, in one
 run: eager, Inductor, kiln as it is (codegen_triton declares the `welford` capability: a variance's
 sum and m2 in one loop, each element read once) and kiln with that capability turned off (two

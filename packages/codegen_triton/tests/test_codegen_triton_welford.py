@@ -1,8 +1,9 @@
 """One-pass variance: codegen_triton declares the `welford` capability, loopir rewrites a
 variance's second pass into a `Welford` m2 of the values its sum reduces (`lower(...,
-welford=True)`), and the kernel runs both in one loop that loads each element once (a looped
-Welford; a row that fits one RBLOCK step folds its lanes in two passes over registers).
-Differential tests against eager (interpreter on CPU, or compiled for a GPU: see conftest.py)."""
+welford=True)`), and the kernel runs both in one loop that loads each element once (each step's
+chunk reduced in registers, merged into the row's running mean and m2: `welford_source.py`).
+Differential tests against eager (interpreter on CPU, or compiled for a GPU: see conftest.py),
+and a compile for sm90 with Triton's NVIDIA backend (no GPU needed)."""
 
 import os
 import subprocess
