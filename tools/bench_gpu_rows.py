@@ -125,10 +125,15 @@ def worker(width: int, dtype_name: str, elements: int) -> None:
 def other_kiln(path: str, width: int, dtype_name: str, elements: int) -> dict[str, float]:
     path, _, mode = path.partition("@")
     env = {**os.environ, "PYTHONPATH": path + os.pathsep + os.environ.get("PYTHONPATH", ""), "BENCH_KILN_MODE": mode}
-    done = subprocess.run([sys.executable, __file__, "--worker", str(width), dtype_name, str(elements)],
+    return worker_results(__file__, [str(width), dtype_name, str(elements)], env)
+
+
+def worker_results(script: str, worker_args: list[str], env: dict[str, str]) -> dict[str, float]:
+    """The times a `script --worker ...` subprocess prints on its RESULT line (its errors to stderr)."""
+    done = subprocess.run([sys.executable, script, "--worker", *worker_args],
                           env=env, capture_output=True, text=True, timeout=900)
-    print("\n".join(line for line in done.stderr.splitlines() if line.startswith("kiln error") or "tuned" in line),
-          file=sys.stderr)
+    print("\n".join(line for line in done.stderr.splitlines()
+                    if line.startswith("kiln error") or "tuned" in line or "failed" in line), file=sys.stderr)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line.removeprefix("RESULT "))
@@ -136,38 +141,78 @@ def other_kiln(path: str, width: int, dtype_name: str, elements: int) -> dict[st
     return {}
 
 
-def measure_row(name, fn, args, width: int, dtype_name: str, bandwidth: float, others: list[float]) -> str:
-    """One table row: eager, Inductor, kiln (and other kiln checkouts' times) as % of copy."""
-    want = fn(*args)
+def eager_and_inductor(fn, args) -> tuple[int, float, float]:
+    """(bytes the workload must move, eager seconds, Inductor seconds)."""
     nbytes = moved_bytes(fn, args)
     eager = bench(lambda: fn(*args))
     torch._dynamo.reset()
     inductor_fn = torch.compile(fn)
     inductor_fn(*args)
-    inductor = bench(lambda: inductor_fn(*args))
-    try:
-        kiln, error = kiln_seconds(fn, args, want)
-    except Exception as exc:  # noqa: BLE001 - a failing row is reported, the table goes on
-        kiln, error = float("nan"), float("nan")
-        print(f"kiln failed on {name} {width} {dtype_name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return nbytes, eager, bench(lambda: inductor_fn(*args))
 
+
+def kiln_or_nan(fn, args, want, where: str) -> tuple[float, float]:
+    """`kiln_seconds`, or NaNs when kiln fails (reported: the table goes on)."""
+    try:
+        return kiln_seconds(fn, args, want)
+    except Exception as exc:  # noqa: BLE001 - a failing row is reported, the table goes on
+        print(f"kiln failed on {where}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return float("nan"), float("nan")
+
+
+def percent_of_copy(nbytes: int, bandwidth: float):
+    """seconds -> the text of nbytes / seconds as a % of `bandwidth` ("-" for no time)."""
     def pct(seconds: float) -> str:
         return f"{100 * nbytes / seconds / bandwidth:.1f}" if seconds == seconds and seconds else "-"
+    return pct
+
+
+def measure_row(name, fn, args, width: int, dtype_name: str, bandwidth: float, others: list[float]) -> str:
+    """One table row: eager, Inductor, kiln (and other kiln checkouts' times) as % of copy."""
+    want = fn(*args)
+    nbytes, eager, inductor = eager_and_inductor(fn, args)
+    kiln, error = kiln_or_nan(fn, args, want, f"{name} {width} {dtype_name}")
+    pct = percent_of_copy(nbytes, bandwidth)
     row = [name, str(width), dtype_name, pct(eager), pct(inductor), pct(kiln), *map(pct, others),
            f"{inductor / kiln:.2f}x", f"{error:.1e}"]
     return "| " + " | ".join(row) + " |"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+class Table:
+    """A markdown table of rows, printed as they come (and written to `out` after each)."""
+
+    def __init__(self, head: list[str], bandwidths: dict[str, float], graphs: bool, out: str | None) -> None:
+        copies = ", ".join(f"{name} {bandwidth / 1e9:.0f} GB/s" for name, bandwidth in bandwidths.items())
+        self.lines = [f"{torch.cuda.get_device_name()}, copy bandwidth {copies}; % = bytes moved / time / copy "
+                      "bandwidth of the row's dtype" + ("; times of CUDA graph replays (GPU time)" if graphs else ""),
+                      "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        self.out = out
+        print("\n".join(self.lines), flush=True)
+
+    def add(self, row: str) -> None:
+        self.lines.append(row)
+        print(row, flush=True)
+        if self.out:
+            with open(self.out, "w") as f:
+                f.write("\n".join(self.lines) + "\n")
+
+
+def row_arguments(doc: str) -> argparse.ArgumentParser:
+    """The arguments every row bench takes: widths, dtypes, elements, --graphs, --out (and --worker)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--widths", nargs="+", type=int, default=[1024, 4096, 16384])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=list(DTYPES))
     parser.add_argument("--elements", type=int, default=1 << 26)
-    parser.add_argument("--workloads", nargs="+", help="only these workload names")
-    parser.add_argument("--kiln-paths", nargs="*", default=[], metavar="NAME=PATH")
     parser.add_argument("--graphs", action="store_true", help="time CUDA graph replays (GPU time only)")
     parser.add_argument("--out")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    parser = row_arguments(__doc__)
+    parser.add_argument("--workloads", nargs="+", help="only these workload names")
+    parser.add_argument("--kiln-paths", nargs="*", default=[], metavar="NAME=PATH")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     if args.worker:
@@ -181,23 +226,15 @@ def main() -> None:
     bandwidths = {name: copy_bandwidth(DTYPES[name]) for name in args.dtypes}
     head = (["workload", "width", "dtype", "eager %", "Inductor %", "kiln %"] + [f"kiln[{n}] %" for n in others]
             + ["kiln/Inductor", "kiln err"])
-    copies = ", ".join(f"{name} {bandwidth / 1e9:.0f} GB/s" for name, bandwidth in bandwidths.items())
-    lines = [f"{torch.cuda.get_device_name()}, copy bandwidth {copies}; % = bytes moved / time / copy bandwidth "
-             "of the row's dtype" + ("; times of CUDA graph replays (GPU time)" if args.graphs else ""),
-             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    print("\n".join(lines), flush=True)
+    table = Table(head, bandwidths, args.graphs, args.out)
     for dtype_name in args.dtypes:
         for width in args.widths:
             extra = {name: other_kiln(path, width, dtype_name, args.elements) for name, path in others.items()}
             for name, fn, fargs in cases(width, DTYPES[dtype_name], args.elements):
                 if args.workloads and name not in args.workloads:
                     continue
-                lines.append(measure_row(name, fn, fargs, width, dtype_name, bandwidths[dtype_name],
-                                         [extra[n].get(name, float("nan")) for n in others]))
-                print(lines[-1], flush=True)
-                if args.out:
-                    with open(args.out, "w") as f:
-                        f.write("\n".join(lines) + "\n")
+                table.add(measure_row(name, fn, fargs, width, dtype_name, bandwidths[dtype_name],
+                                      [extra[n].get(name, float("nan")) for n in others]))
 
 
 if __name__ == "__main__":

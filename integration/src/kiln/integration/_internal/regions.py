@@ -130,7 +130,8 @@ def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions,
         round_low_precision=options.round_low_precision,
         recompute_cheap=plugin.capabilities.recompute_cheap,
         recompute_transcendental=plugin.capabilities.recompute_transcendental,
-        split_reductions=plugin.capabilities.split_reductions, output_views=output_views))
+        split_reductions=plugin.capabilities.split_reductions, output_views=output_views,
+        welford=plugin.capabilities.welford))
     if check:
         loopir.verify(kernel_graph)
     return kernel_graph

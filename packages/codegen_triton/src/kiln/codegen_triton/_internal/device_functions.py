@@ -112,6 +112,23 @@ else:
 
 
 @triton.jit
+def welford_step(mean, m2, shifted, mask, done, count):
+    """A row's running (mean, m2) of its first `done` values combined with the next `count`,
+    `shifted` where `mask` is set: their mean, then their sum of squared deviations from it (two
+    passes over registers), then Chan et al.'s pairwise update. Counts are per step, not per
+    element: nothing is divided per element. An infinity or NaN makes m2 NaN, as eager's
+    variance of such a row is."""
+    chunk_mean = tl.sum(tl.where(mask, shifted, 0.0), 1)[:, None] / count
+    deviation = tl.where(mask, shifted - chunk_mean, 0.0)
+    chunk_m2 = tl.sum(deviation * deviation, 1)[:, None]
+    delta = chunk_mean - mean
+    share = count / (done + count)
+    # (delta * done * share) * delta, not delta * delta * ...: at the first step (done 0) a
+    # delta whose square overflows must add 0, not inf * 0
+    return mean + delta * share, m2 + chunk_m2 + (delta * (done * share)) * delta
+
+
+@triton.jit
 def multiply(a, b):
     """The combine function of prod reductions."""
     return a * b

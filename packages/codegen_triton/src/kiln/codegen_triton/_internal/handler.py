@@ -18,8 +18,10 @@ their bounds are recorded to choose the kernel's index width.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -32,6 +34,7 @@ from .indexing import flat_offset, index_bounds, inner_loop, outer_loop
 from .options import TritonCodegenError
 from .printer import triton_expr
 from .scatter_source import scatter_update
+from .welford_source import welford_source
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +145,11 @@ class TritonHandler(TextHandler):
         self.block_vars = index_vars - scalar_vars
         self.numels = {n.name: sympy.Mul(*n.spec.size) for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
+        # How many statements a later node of a shared reduction loop found after the loop (see
+        # `reduction`): its body's values all come from the loop's first node, so it adds none.
+        self.shared_loop_mark = 0
+        # Sums of the reduction loop being emitted fold at every step (see `_accumulate`).
+        self.per_step_sums = False
         self.scan_init: list[str] = []  # a scan's running value, declared before its loop
         # Masks of the loop being emitted (kernel_source sets them): what an indirect index, a
         # value of that loop, is masked by where it is used.
@@ -272,19 +280,49 @@ class TritonHandler(TextHandler):
                                      f"positions, but {name} has {numel} elements: the rest would never be "
                                      "written")
 
-    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str | tuple[str, str]) -> str:
-        """Ends the loop body: what was emitted so far runs once per RBLOCK chunk."""
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> Any:
+        """Ends the loop body: what was emitted so far runs once per RBLOCK chunk. A later node of
+        a shared loop (`kernel_source.shared_reduction_loops`: the same values reduced at the
+        same place) adds its accumulator's update to the body an earlier node closed."""
+        shared = self.loop_body is not None
+        if shared:
+            if len(self.lines) != self.shared_loop_mark:
+                raise TritonCodegenError(f"{self._where()}: shares a reduction loop but its values were not "
+                                         "all computed by the loop's first node")
+            after, self.lines = self.lines, self.loop_body
         if reduction_type in ("argmax", "argmin"):
-            return self._arg_reduction(name, reduction_type, dtype, *value)
+            init, fold = self._arg_reduction(name, reduction_type, dtype, *value)
+        elif reduction_type == "welford":
+            init, fold = self._welford(name, dtype, value)
+        else:
+            init, fold = self._accumulate(name, reduction_type, dtype, value)
+        if shared:
+            self.lines = after
+            pending = self.pending_reduction
+            self.pending_reduction = dataclasses.replace(pending, init=pending.init + init)
+        else:
+            self.pending_reduction = PendingReduction(reduction_type, init, self.end_loop_body())
+        self.loop_masks, self.loop_ranges = ("xmask",), ()
+        return fold()
+
+    def _accumulate(self, name: str, reduction_type: str, dtype: torch.dtype, value: str
+                    ) -> tuple[tuple[str, ...], Callable[[], str]]:
+        """Each lane accumulates its values; the fold combines the lanes after the loop. In a loop
+        with row state (`per_step_sums`: a Welford's), a sum is folded at every step instead, into
+        one value per row: no [XBLOCK, RBLOCK] accumulator stays live beside the step's values."""
         acc = f"acc_{name}"
         identity = reduction_identity(reduction_type, dtype)
         masked = self.var(f"tl.where(xmask & rmask, {value}, {identity})")
+        target = tl_dtype(dtype, self._where())
+        if self.per_step_sums and reduction_type == "sum":
+            self.lines.append(f"{acc} = {acc} + tl.sum({masked}, 1)[:, None]")
+            return (f"{acc} = tl.zeros([XBLOCK, 1], {target})",), lambda: acc
         self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
-        init = f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})"
-        return self._end_loop(PendingReduction(reduction_type, (init,), self.end_loop_body()),
-                              _REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
+        init = (f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {target})",)
+        return init, functools.partial(self.var, _REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")
 
-    def _arg_reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str, position: str) -> str:
+    def _arg_reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: str, position: str
+                       ) -> tuple[tuple[str, ...], Callable[[], str]]:
         """Each lane keeps its best value and that value's position (a strictly better value or
         the first NaN replaces them); the fold picks the best lane, the lowest position on ties."""
         best, at = f"best_{name}", f"acc_{name}"
@@ -295,13 +333,20 @@ class TritonHandler(TextHandler):
         self.lines += [f"{at} = tl.where({take}, {position}, {at})", f"{best} = tl.where({take}, {masked}, {best})"]
         init = (f"{best} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_dtype(dtype, self._where())})",
                 f"{at} = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
-        fold = f"tl.reduce(({best}, {at}), 1, kiln_device.{reduction_type}_combine)[1][:, None]"
-        return self._end_loop(PendingReduction(reduction_type, init, self.end_loop_body()), fold)
+        return init, functools.partial(self.var, f"tl.reduce(({best}, {at}), 1, kiln_device.{reduction_type}_combine)"
+                                                 "[1][:, None]")
 
-    def _end_loop(self, pending: PendingReduction, fold: str) -> str:
-        self.pending_reduction = pending
-        self.loop_masks, self.loop_ranges = ("xmask",), ()
-        return self.var(fold)
+    def _welford(self, name: str, dtype: torch.dtype, value: str) -> tuple[tuple[str, ...], Callable[[], tuple]]:
+        """The row's mean, m2 (sum of squared deviations) and count in one pass (`welford_source`)."""
+        target = tl_dtype(dtype, self._where())
+        source = welford_source(name, self.var(f"{value}.to({target})"), target)
+        self.lines += source.update
+
+        def fold() -> tuple[str, str, str]:
+            self.lines += source.fold
+            return source.results
+
+        return source.init, fold
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)

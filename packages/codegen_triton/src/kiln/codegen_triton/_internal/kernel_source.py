@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import sympy
 
-from kiln.loopir import ComputedBuffer, Kernel, Reduction, Scatter, index_vars
+from kiln.loopir import ComputedBuffer, Kernel, Reduction, Scan, Scatter, index_vars
 from kiln.loopir.codegen import CheckSite, KernelWalker
 
 from . import scatter_source
@@ -115,13 +115,43 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str) -> list[s
         with walker.pointwise(node) as body:
             walker.run(node)
         return [_node_header(node)] + body
-    handler.loop_masks, handler.loop_ranges = ("xmask", "rmask"), node.reduction_ranges
-    with walker.reduction(node) as parts:
-        walker.run(node)  # the handler's `reduction` resets the loop masks and ranges
-    red = handler.pending_reduction
-    ranges = ", ".join(str(r) for r in node.reduction_ranges)
-    lines = [f"{_node_header(node)}: {red.reduction_type} over [{ranges}]", *red.init]
-    return lines + _loop_lines(node.reduction_ranges, parts.body) + parts.after
+    return _reduction_lines(walker, (node,))
+
+
+def shared_reduction_loops(kernel: Kernel) -> dict[str, tuple[ComputedBuffer, ...]]:
+    """Reduction nodes that reduce the same values at the same place (equal loop bodies and
+    placements, as a variance's sum and, after loopir's welford rewrite, its `Welford` m2),
+    keyed by the first of them: they share its loop, which reads each element once. Later
+    nodes compute no value of their own, so their results are ready where the first's are.
+    Bodies with indirect indexing keep loops of their own (their range checks are statements
+    emitted once per node)."""
+    groups: dict[tuple, list[ComputedBuffer]] = {}
+    for node in kernel.nodes:
+        body = node.body
+        if kernel.is_row(node) or not isinstance(body, Reduction) or isinstance(body, Scan):
+            continue
+        if any(instr.op == "indirect_indexing" for instr in body.loop_body.instrs):
+            continue
+        groups.setdefault((body.loop_body, node.reduction_ranges, kernel.placement(node)), []).append(node)
+    return {members[0].name: tuple(members) for members in groups.values()}
+
+
+def _reduction_lines(walker: KernelWalker, nodes: Sequence[ComputedBuffer]) -> list[str]:
+    """One loop over the reduction ranges of `nodes` (one node, or a shared loop), then each
+    node's fold and store."""
+    handler: TritonHandler = walker.handler
+    handler.per_step_sums = any(node.body.reduction_type == "welford" for node in nodes)
+    with walker.reduction(nodes[0]) as parts:
+        for node in nodes:
+            handler.loop_masks, handler.loop_ranges = ("xmask", "rmask"), node.reduction_ranges
+            handler.shared_loop_mark = len(handler.lines)
+            walker.run(node)  # the handler's `reduction` resets the loop masks and ranges
+    ranges = ", ".join(str(r) for r in nodes[0].reduction_ranges)
+    lines = [f"{_node_header(node)}: {node.body.reduction_type} over [{ranges}]" for node in nodes]
+    if len(nodes) > 1:
+        lines.append(f"# one loop for the {len(nodes)} reductions above: they reduce the same values")
+    return lines + list(handler.pending_reduction.init) + _loop_lines(nodes[0].reduction_ranges, parts.body) \
+        + parts.after
 
 
 def _scatter_lines(walker: KernelWalker, node: ComputedBuffer) -> list[str]:
@@ -264,7 +294,14 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
     handler = TritonHandler(kernel, 2 if reduction or tile else 1, frozenset(ivars) | frozenset(rvars), outside_tile)
     handler.flat_outer = tile is None
     walker = KernelWalker(kernel, handler)
-    body = [line for node, kind in walker.nodes() for line in _node_lines(walker, node, kind)]
+    shared = shared_reduction_loops(kernel)
+    later = {node.name for nodes in shared.values() for node in nodes[1:]}
+    body = []
+    for node, kind in walker.nodes():
+        if kind == "reduction" and node.name in shared:
+            body += _reduction_lines(walker, shared[node.name])
+        elif node.name not in later:
+            body += _node_lines(walker, node, kind)
     width = index_width([*handler.index_bounds, *_spans(kernel)], kernel.symbols)
     body = _prologue(kernel, reduction, width, body, tile) + body
     params += ["kiln_status"] if handler.checks else []

@@ -13,6 +13,7 @@ from .lower import LoweringError, lower_graph
 from .registry import Lowerings
 from .schedule import schedule
 from .verify import verify
+from .welford import welford_schedule
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,10 @@ class LowerOptions:
         created inside it cannot be modified in place. Either way, an output viewing a kernel's
         buffer nothing else reads (one computed in memory order) is no view: a tensor of its own
         over that storage.
+    welford: a variance's second pass over its values (the sum of squared deviations from
+        their mean, beside the sum of the values in the same kernel) becomes a `Welford` node
+        over the values themselves (`welford.py`), so both reduce in one pass: for codegens with
+        the `welford` capability (codegen_triton, whose long rows are read once, not twice).
     """
 
     lowerings: Lowerings | None = None
@@ -66,6 +71,7 @@ class LowerOptions:
     split_reductions: bool = False
     output_views: bool = True
     recompute_transcendental: bool = True
+    welford: bool = False
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -79,6 +85,8 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     lowered = lower_graph(gm, options.lowerings, options.round_low_precision, options.recompute_cheap,
                           options.split_reductions, options.output_views, options.recompute_transcendental)
     plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
+    if options.welford:
+        plan = welford_schedule(plan)
     kg = build_kernel_graph(gm, lowered, plan, copy_shared_views=not options.output_views)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),
               len(kg.kernels), len(kg.externs))

@@ -114,6 +114,17 @@ def _extremum(v: torch.Tensor, dims: tuple[int, ...], dtype: torch.dtype, larges
     return torch.full(shape, fill, dtype=dtype)
 
 
+def _welford(v: torch.Tensor, dims: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean, m2, weight) of `v` over `dims` (ops.reduction's "welford"), by two passes: the
+    reference a one-pass codegen is checked against. Over no values: NaN, 0, 0."""
+    count = 1
+    for d in dims:
+        count *= v.shape[d]
+    mean = v.mean(dims, keepdim=True) if dims else v
+    m2 = ((v - mean) * (v - mean)).sum(dims) if dims else torch.zeros_like(v)
+    return mean.squeeze(dims) if dims else mean, m2, torch.full_like(m2, count)
+
+
 _SCAN = {
     "sum": lambda v: torch.cumsum(v, -1, dtype=v.dtype),
     "prod": lambda v: torch.cumprod(v, -1, dtype=v.dtype),
@@ -153,6 +164,8 @@ class TorchHandler(OpsHandler):
             pick = values.argmax(-1) if reduction_type == "argmax" else values.argmin(-1)
             return positions.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
         value = torch.broadcast_to(torch.as_tensor(value), self.shape).to(dtype)
+        if reduction_type == "welford":
+            return _welford(value, dims)
         if not dims:
             return value
         return _REDUCE[reduction_type](value, dims, dtype)

@@ -22,7 +22,7 @@ import sympy
 import torch
 
 from .body import LoopBody, record
-from .ops import Access, Printer, ReadsWrites
+from .ops import WELFORD_STATISTICS, Access, Printer, ReadsWrites
 from .simplify import simplify_index, variable_ranges
 from .sizes import LOW_PRECISION, Expr, contiguous_strides, flat_index, index_vars, same_exprs
 
@@ -71,6 +71,24 @@ class Reduction:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loop_body", record(self.inner_fn, len(self.ranges), len(self.reduction_ranges)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Welford(Reduction):
+    """A reduction to one Welford statistic of `inner_fn`'s values (`statistic`, one of
+    ops.WELFORD_STATISTICS): their "mean", "m2" (the sum of squared deviations from the mean)
+    or "weight" (their count). `reduction_type` is "welford": `ops.reduction` gives all three
+    from one pass over the values, so a codegen can run nodes that reduce the same values at the
+    same place in one loop. The welford rewrite (`welford.py`) writes them for codegens with the
+    `welford` capability; others never see one."""
+
+    statistic: str = "m2"
+
+    def __post_init__(self) -> None:
+        if self.reduction_type != "welford" or self.statistic not in WELFORD_STATISTICS:
+            raise ValueError(f"a Welford node reduces with 'welford' to one of {WELFORD_STATISTICS}, not "
+                             f"{self.reduction_type!r} to {self.statistic!r}")
+        Reduction.__post_init__(self)  # zero-argument super() fails in slotted dataclasses
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -154,6 +172,8 @@ class ComputedBuffer:
             acc = ops.scan(self.name, self.body.reduction_type, self.body.dtype, value)
             return ops.store(self.name, out_index, ops.to_dtype(acc, self.spec.dtype) if rounds else acc)
         acc = ops.reduction(self.name, self.body.reduction_type, self.body.dtype, value)
+        if isinstance(self.body, Welford):
+            acc = acc[WELFORD_STATISTICS.index(self.body.statistic)]
         if rounds and self.body.reduction_type not in ("argmax", "argmin"):
             acc = ops.to_dtype(acc, self.spec.dtype)
         return ops.store_reduction(self.name, out_index, acc)
@@ -194,6 +214,7 @@ class ComputedBuffer:
             head += f", scan over dim {self.body.scan_dim} of {list(self.body.reduction_ranges)}, {self.body.reduction_type}"
         elif isinstance(self.body, Reduction):
             head += f", reduction_ranges={list(self.body.reduction_ranges)}, {self.body.reduction_type}"
+            head += f" {self.body.statistic}" if isinstance(self.body, Welford) else ""
         return head + ")\n" + "\n".join("    " + line for line in printer.lines)
 
 

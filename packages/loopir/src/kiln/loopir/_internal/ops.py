@@ -58,7 +58,9 @@ OPS: dict[str, int] = {
     # reduction(buffer_name, reduction_type, dtype, value) -> accumulator. For "argmax"/"argmin"
     # `value` is a pair (value, position): the result is the int64 position of the first
     # largest/smallest value (NaN counts as largest and smallest, as in torch), `dtype` the
-    # dtype the values compare in.
+    # dtype the values compare in. For "welford" the result is the triple (mean, m2, weight) of
+    # the values, each in `dtype`: their mean, the sum of their squared deviations from it, and
+    # their count (over no values: NaN, 0, 0), from one pass over them (see ir.Welford).
     "reduction": 1,
     "store_reduction": 1,  # store_reduction(buffer_name, flat_index, accumulator)
     # scan(buffer_name, scan_type, dtype, value) -> the inclusive scan of `value` along the
@@ -80,7 +82,8 @@ OPS: dict[str, int] = {
 }
 RANDOM = ("rand", "randn", "randint64")
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin")
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "welford")
+WELFORD_STATISTICS = ("mean", "m2", "weight")  # the order of a "welford" reduction's triple
 # max/min propagate NaN (cummax/cummin); logaddexp is log(exp(a) + exp(b)) (logcumsumexp)
 SCAN_TYPES = ("sum", "prod", "max", "min", "logaddexp", "argmax", "argmin")
 # store: the value replaces the element (duplicate indices: one of them, unspecified, as eager);
@@ -136,8 +139,8 @@ class ReadsWrites(OpsHandler):
     def store_reduction(self, name: str, index: sympy.Expr, value: Any) -> None:
         self.accesses.append(Access(name, sympy.sympify(index), "store"))
 
-    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> None:
-        return None
+    def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> Any:
+        return (None,) * len(WELFORD_STATISTICS) if reduction_type == "welford" else None
 
     def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: Any) -> None:
         return None
@@ -197,7 +200,10 @@ class Printer(OpsHandler):
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> str:
         value = ", ".join(value) if isinstance(value, tuple) else value
-        return self._emit(f"reduce_{reduction_type}({value})")
+        result = self._emit(f"reduce_{reduction_type}({value})")
+        if reduction_type == "welford":
+            return tuple(f"{result}.{statistic}" for statistic in WELFORD_STATISTICS)
+        return result
 
     def scan(self, name: str, scan_type: str, dtype: torch.dtype, value: Any) -> str:
         value = ", ".join(value) if isinstance(value, tuple) else value

@@ -37,6 +37,9 @@ class Capabilities:
         recomputed too (`LowerOptions.recompute_transcendental`); False for compute-bound targets.
     split_reductions: long reductions into few outputs run in two stages
         (`LowerOptions.split_reductions`): for targets that need many programs in flight (GPUs).
+    welford: it runs `Welford` reductions (ops.reduction's "welford"), so a variance's two
+        passes over its values (a mean, then a sum of squared deviations from it) become one
+        (`LowerOptions.welford`): for targets whose long rows are read from memory once per pass.
     """
 
     dtypes: frozenset[torch.dtype] = SUPPORTED_DTYPES
@@ -46,6 +49,7 @@ class Capabilities:
     recompute_cheap: bool = False
     split_reductions: bool = False
     recompute_transcendental: bool = True
+    welford: bool = False
 
 
 def _no_options(settings: Mapping[str, Any]) -> None:
