@@ -5,7 +5,7 @@
 
 Run from the repository root, its sources first on PYTHONPATH as above. For every workload
 (var_mean and layer norm over the last dim, group norm statistics), row width and dtype, in one
-run: eager, Inductor, kiln as it is (codegen_triton declares the `welford` capability: a variance's
+run: eager, Inductor, kiln with codegen_triton's `welford` capability on (off by default until checked on a GPU: a variance's
 sum and m2 in one loop, each element read once) and kiln with that capability turned off (two
 passes, the row read twice). The two-pass kiln runs in a subprocess that turns the capability off
 before anything compiles, with kiln's whole-graph cache off, so neither reuses the other's kernels.
@@ -48,17 +48,18 @@ def cases(width: int, dtype: torch.dtype, elements: int):
             ("group_norm", group_norm_rows, (x,))]
 
 
-def turn_welford_off() -> None:
-    """codegen_triton without the `welford` capability, before the backend first loads it."""
+def set_welford(on: bool) -> None:
+    """codegen_triton with or without the `welford` capability (off by default until it has been
+    checked on a GPU), before the backend first loads it."""
     import kiln.codegen_triton as codegen_triton
     plugin = codegen_triton.CODEGEN
     codegen_triton.CODEGEN = dataclasses.replace(
-        plugin, capabilities=dataclasses.replace(plugin.capabilities, welford=False))
+        plugin, capabilities=dataclasses.replace(plugin.capabilities, welford=on))
 
 
 def worker(width: int, dtype_name: str, elements: int) -> None:
     """kiln two-pass times, printed as one RESULT line (run by `two_pass_times`)."""
-    turn_welford_off()
+    set_welford(False)
     results = {}
     for name, fn, args in cases(width, DTYPES[dtype_name], elements):
         results[name], _ = kiln_or_nan(fn, args, fn(*args), f"{name} {width} {dtype_name}, two passes")
@@ -92,6 +93,7 @@ def main() -> None:
     if args.worker:
         worker(int(args.worker[0]), args.worker[1], int(args.worker[2]))
         return
+    set_welford(True)
     if args.graphs:  # read by bench(), here and in the workers
         os.environ["BENCH_GRAPHS"] = "1"
     bandwidths = {name: copy_bandwidth(DTYPES[name]) for name in args.dtypes}
