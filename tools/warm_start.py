@@ -19,21 +19,33 @@ first training step instead (forward and backward; kiln's warm run loads both gr
 whole-graph cache). A warm kiln run that loaded no graph from the cache is warned about. On a
 shared machine the figures are noisy: label them so. Each run also counts the modules imported
 while it is timed (all, and kiln's own): counts that load on the machine does not change, for
-comparing what a warm start costs.
+comparing what a warm start costs. `--importtime` runs each child under ``python -X importtime``
+and adds each config's kiln import seconds (the self time of kiln's own modules: load-independent
+enough to compare, though the flag slows every import a little).
+
+kiln runs from bytecode, as an installed package does (torch's and transformers' bytecode is in
+site-packages): the kiln sources measured are byte-compiled first, and the children run without
+``PYTHONDONTWRITEBYTECODE`` (set on some development machines, where it would make every fresh
+process compile kiln's sources again: a few tenths of a second that no installed kiln pays).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import compileall
+import importlib.util
 import json
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+import kiln  # the namespace package alone: none of kiln's modules
 
 MODELS = ("bert", "gpt2", "bert-base")
 
@@ -107,23 +119,51 @@ def child(config: str, model_name: str, device: str) -> None:
                       "stages": stages}))
 
 
+def source_dirs(tree: pathlib.Path) -> list[str]:
+    """The directories running kiln from the checkout `tree` (each package's src, then integration's)."""
+    return [*(str(p) for p in sorted((tree / "packages").glob("*/src"))), str(tree / "integration" / "src")]
+
+
 def source_path(tree: pathlib.Path) -> str:
-    """PYTHONPATH running kiln from the checkout `tree` (each package's src, then integration's)."""
-    return os.pathsep.join([*(str(p) for p in sorted((tree / "packages").glob("*/src"))), str(tree / "integration" / "src")])
+    """PYTHONPATH running kiln from the checkout `tree`."""
+    return os.pathsep.join(source_dirs(tree))
+
+
+def imported_kiln_packages() -> list[str]:
+    """The directory of each kiln package this interpreter (and a child with its PYTHONPATH) imports."""
+    names = sorted({path.parent.name for entry in kiln.__path__ for path in pathlib.Path(entry).glob("*/__init__.py")})
+    specs = [importlib.util.find_spec(f"kiln.{name}") for name in names]
+    return [spec.submodule_search_locations[0] for spec in specs if spec is not None and spec.submodule_search_locations]
+
+
+def byte_compile(before: pathlib.Path | None) -> None:
+    """Byte-compile the kiln sources the children run (an installed package's are; see the module
+    docstring): the packages on this PYTHONPATH, and those of `before`."""
+    for directory in imported_kiln_packages() + (source_dirs(before) if before is not None else []):
+        compileall.compile_dir(directory, quiet=1)
+
+
+_IMPORT_TIME = re.compile(r"^import time:\s*(\d+) \|\s*\d+ \|\s*(kiln\.\S+)", re.MULTILINE)
+
+
+def kiln_import_seconds(stderr: str) -> float:
+    """The self time of kiln's own modules in a ``-X importtime`` report."""
+    return sum(int(micros) for micros, _ in _IMPORT_TIME.findall(stderr)) / 1e6
 
 
 def measure(config: str, model_name: str, cache: pathlib.Path, before: pathlib.Path | None = None,
-            device: str = "cpu") -> dict:
+            device: str = "cpu", importtime: bool = False) -> dict:
     env = dict(os.environ, KILN_CACHE_DIR=str(cache / "kiln"), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                TRITON_CACHE_DIR=str(cache / "triton"), PYTHONHASHSEED="0")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if config.endswith("-before"):
         env["PYTHONPATH"] = source_path(before)
-    done = subprocess.run([sys.executable, __file__, "--child", config.replace("-before", ""), model_name, device],
-                          env=env,
-                          capture_output=True, text=True)
+    flags = ["-X", "importtime"] if importtime else []
+    done = subprocess.run([sys.executable, *flags, __file__, "--child", config.replace("-before", ""), model_name,
+                           device], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{config} {model_name} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "kiln_import_seconds": kiln_import_seconds(done.stderr)}
 
 
 def main() -> None:
@@ -134,11 +174,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", type=pathlib.Path, help="another checkout whose kiln runs as kiln-before")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--importtime", action="store_true", help="run children under -X importtime")
     parser.add_argument("--child", nargs=3, metavar=("CONFIG", "MODEL", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
+    byte_compile(args.before)
     rows = []
     for model_name in args.models:
         times: dict[str, list[float]] = collections.defaultdict(list)
@@ -149,11 +191,14 @@ def main() -> None:
             for config in configs:
                 with tempfile.TemporaryDirectory(prefix="kiln-warm-start-") as scratch:
                     for temperature in ("cold", "warm") if not config.startswith("eager") else ("",):
-                        result = measure(config, model_name, pathlib.Path(scratch), args.before, args.device)
+                        result = measure(config, model_name, pathlib.Path(scratch), args.before, args.device,
+                                         args.importtime)
                         label = f"{config} {temperature}".strip()
                         times[label].append(result["seconds"])
                         modules[label].append(result["modules"])
                         modules[f"{label} (kiln's)"].append(result["kiln_modules"])
+                        if args.importtime and config.startswith("kiln"):
+                            stages[(label, "kiln imports (-X importtime self)")].append(result["kiln_import_seconds"])
                         for stage, spent in result["stages"].items():
                             stages[(f"{config} {temperature}", stage)].append(spent)
                         if temperature == "warm" and config.startswith("kiln") and not result["cached"]:

@@ -46,6 +46,30 @@ NEEDS_TRITON = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and 
 # must import only what it runs).
 CODEGEN_PACKAGES = {"cpu": ("kiln.codegen_cpp", "CompiledKernel"), "cuda": ("kiln.codegen_triton", "TritonKernel")}
 PIPELINE = "kiln.integration._internal.pipeline"  # imported on a cache miss only: traces, lowers, generates code
+# What a warm process rebuilding its graphs from the cache must not import (prefixes of module
+# names): the stages that trace, decompose, partition, lower and generate code. A hit needs the
+# IR records its kernels pickle (loopir's ir, ops, sizes), the codegen's runtime and the cache.
+_CPP = "kiln.codegen_cpp._internal."
+NEVER_ON_A_HIT = (
+    "kiln.decomp", "kiln.partition", PIPELINE, "kiln.integration._internal.regions", "kiln.integration._internal.bisect",
+    "kiln.integration._internal.checked",
+    *(f"kiln.loopir._internal.{m}" for m in ("api", "kernel_graph", "lower", "registry", "schedule", "recompute",
+                                             "evaluate", "verify", "output_views", "values")),  # "lower" covers lower_*
+    *(f"{_CPP}{m}" for m in ("api", "function_source", "kernel_source", "vector_", "scan_source", "parallel_scan_source",
+                             "reduction_source", "random_source", "scatter_source", "printer", "low_precision")),
+    *(f"kiln.capture._internal.{m}" for m in ("capture", "dynamo_mode", "export_mode", "graph_file", "graph_codec",
+                                              "fake_values", "report", "html_report", "verify")),
+)
+# autograd_trace's tracing: a training graph's hit still imports it (its runtime module imports the
+# joint trace and the partitioner), an inference graph's does not.
+TRACING = tuple(f"kiln.autograd_trace._internal.{m}" for m in (
+    "inference", "joint", "partitioner", "min_cut", "interpreter", "targets", "analysis"))
+MAX_KILN_MODULES_ON_A_HIT = 60  # a CPU inference hit imported 87 kiln modules before the lazy package exports, 51 after
+
+
+def imported_among(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    """The modules of `modules` whose names start with one of `prefixes`."""
+    return [m for m in modules if m.startswith(prefixes)]
 
 
 def kernel_type(codegen: str) -> type:
@@ -137,4 +161,5 @@ if __name__ == "__main__":
     result["reports"] = [(r.cached, r.kernels, r.backward, tuple(s for s, _ in r.stage_seconds))
                          for r in result["reports"]]
     result["imported"] = {name: name in sys.modules for name in (PIPELINE, *(p for p, _ in CODEGEN_PACKAGES.values()))}
+    result["kiln_modules"] = sorted(name for name in sys.modules if name.startswith("kiln."))
     torch.save(result, sys.argv[2])

@@ -53,11 +53,20 @@ def test_a_fresh_process_loads_the_compiled_graph(tmp_path, codegen):
     ((cached, kernels, _, stages),) = warm["reports"]
     assert cached and kernels == cold["reports"][0].kernels and _nothing_compiled(warm, stages)
     assert _imported_codegens(warm) == [codegen]
+    if codegen == "cpu":  # codegen_triton's package imports its source generator (and loopir's lowering) eagerly
+        assert _imported_never_on_a_hit(warm, graph_cache_runs.TRACING) == []
+        assert len(warm["kiln_modules"]) <= graph_cache_runs.MAX_KILN_MODULES_ON_A_HIT, warm["kiln_modules"]
     assert warm["kernel_calls"] == cold["kernel_calls"]  # generated kernels run (fallback=False)
     for got, expected in zip(warm["outputs"], graph_cache_runs.workload(*graph_cache_runs.inputs())):
         torch.testing.assert_close(got, expected)
     for got, first in zip(warm["outputs"], cold["outputs"]):
         assert torch.equal(got, first)
+
+
+def _imported_never_on_a_hit(warm: dict, also: tuple[str, ...] = ()) -> list[str]:
+    """The modules the warm process imported that trace, decompose, partition, lower or generate
+    code (graph_cache_runs.NEVER_ON_A_HIT), or start with a prefix of `also`."""
+    return graph_cache_runs.imported_among(warm["kiln_modules"], graph_cache_runs.NEVER_ON_A_HIT + also)
 
 
 def _in_a_fresh_process(cache_dir, *mode: str) -> dict:
@@ -69,15 +78,23 @@ def _in_a_fresh_process(cache_dir, *mode: str) -> dict:
     return {**torch.load(out, weights_only=False), "stderr": done.stderr}
 
 
-@pytest.mark.parametrize("codegen", CODEGENS)
-def test_a_training_graph_is_loaded_by_a_fresh_process(tmp_path, codegen):
-    """Forward and backward come from the cache: nothing traced, the gradients are eager's."""
-    cold = graph_cache_runs.run_training(str(tmp_path), codegen)
+@pytest.fixture(scope="module", params=CODEGENS)
+def training_runs(request, tmp_path_factory) -> tuple[str, dict, dict]:
+    """(codegen, cold, warm): a training step compiled cold, then one in a fresh process on its cache."""
+    cache_dir = tmp_path_factory.mktemp(f"training-{request.param}")
+    cold = graph_cache_runs.run_training(str(cache_dir), request.param)
     assert [(r.cached, r.backward) for r in cold["reports"]] == [(False, False), (False, True)]
-    assert all(r.kernels > 0 for r in cold["reports"]) and len(_entries(tmp_path)) == 1
-    warm = _in_a_fresh_process(tmp_path, "training", codegen)
+    assert all(r.kernels > 0 for r in cold["reports"]) and len(_entries(cache_dir)) == 1
+    return request.param, cold, _in_a_fresh_process(cache_dir, "training", request.param)
+
+
+def test_a_training_graph_is_loaded_by_a_fresh_process(training_runs):
+    """Forward and backward come from the cache: nothing traced, the gradients are eager's."""
+    codegen, cold, warm = training_runs
     assert [report[:3] for report in warm["reports"]] == [(True, r.kernels, r.backward) for r in cold["reports"]]
     assert _nothing_compiled(warm, warm["reports"][0][3]) and _imported_codegens(warm) == [codegen]
+    if codegen == "cpu":
+        assert _imported_never_on_a_hit(warm) == []
     assert "Warning" not in warm["stderr"], warm["stderr"]  # e.g. torch 2.13's on unpickling a LeafSpec
     assert warm["kernel_runs"] == cold["kernel_runs"] > 0  # generated kernels run (fallback=False)
     eager = graph_cache_runs.eager_training()
@@ -85,6 +102,12 @@ def test_a_training_graph_is_loaded_by_a_fresh_process(tmp_path, codegen):
     torch.testing.assert_close(warm["grads"], eager["grads"])
     for got, first in zip(warm["grads"], cold["grads"]):
         assert torch.equal(got, first)
+
+
+@pytest.mark.xfail(strict=True, reason="autograd_trace's runtime module (AotCompiled.from_plan) imports the joint "
+                   "trace and the partitioner: its run-time half is not yet a module of its own")
+def test_a_training_hit_imports_no_tracing(training_runs):
+    assert graph_cache_runs.imported_among(training_runs[2]["kiln_modules"], graph_cache_runs.TRACING) == []
 
 
 def test_a_saved_cache_loads_under_another_directory_in_a_fresh_process(tmp_path):

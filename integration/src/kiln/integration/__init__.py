@@ -14,8 +14,6 @@ import importlib
 from typing import Any
 
 from ._internal.backend import backend, explain
-from ._internal.cache_archive import load_cache, save_cache
-from ._internal.checked import RegionMismatchError
 from ._internal.options import KilnOptions, OptionsError
 from ._internal.report import FallbackNode, GraphReport, Report
 
@@ -23,11 +21,15 @@ __all__ = ["backend", "explain", "bisect", "BisectResult", "KilnOptions", "Optio
            "FallbackNode", "RegionMismatchError", "save_cache", "load_cache"]
 
 # Imported on first use: bisect imports the whole compile pipeline, which `backend` defers to
-# its first cache miss (a process whose graphs all come from the cache never imports it).
-_ON_FIRST_USE = {"bisect": "._internal.bisect", "BisectResult": "._internal.bisect"}
+# its first cache miss (a process whose graphs all come from the cache never imports it); the
+# region checks and the cache's archives are not needed to run cached graphs either.
+_ON_FIRST_USE = {"bisect": "._internal.bisect", "BisectResult": "._internal.bisect",
+                 "RegionMismatchError": "._internal.checked", "save_cache": "._internal.cache_archive",
+                 "load_cache": "._internal.cache_archive"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _ON_FIRST_USE:
-        return getattr(importlib.import_module(_ON_FIRST_USE[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _ON_FIRST_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_ON_FIRST_USE[name], __name__), name)
+    return value

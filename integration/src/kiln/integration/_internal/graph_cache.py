@@ -27,21 +27,19 @@ import pathlib
 import pickle
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+from kiln import autograd_trace
 from kiln.loopir.codegen import ArtifactCache, ArtifactCacheError, default_cache_root
 
 from . import codegens
 from .graph_key import GraphKey, Uncacheable, graph_key
 from .options import KilnOptions
 from .report import GraphReport
-
-if TYPE_CHECKING:
-    from kiln import autograd_trace
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # bump when an entry's layout changes: older entries then miss
@@ -215,10 +213,6 @@ def _freeze_training(parts: TrainingParts, dynamo_gm: fx.GraphModule) -> dict[st
 
 def _thaw_training(frozen: dict[str, Any], dynamo_gm: fx.GraphModule,
                    on_backward: Callable[[GraphReport], None] | None) -> torch.nn.Module:
-    # Imported here, not with this module: an inference hit needs none of the tracing packages
-    # (the backend imports them on its first miss); unpickling the plan has imported it already.
-    from kiln.autograd_trace import AotCompiled
-
     backward = thaw_module(frozen["backward"], dynamo_gm)  # now: a damaged library is a miss, not a failed step
 
     def compile_backward() -> fx.GraphModule:
@@ -226,8 +220,9 @@ def _thaw_training(frozen: dict[str, Any], dynamo_gm: fx.GraphModule,
             on_backward(frozen["backward_report"])
         return backward
 
-    return AotCompiled.from_plan(dynamo_gm, frozen["plan"], thaw_module(frozen["forward"], dynamo_gm),
-                                               compile_backward, thaw_module(frozen["backward_graph"], dynamo_gm))
+    # autograd_trace imports its runtime on this first use (see its __init__): an inference hit never does
+    return autograd_trace.AotCompiled.from_plan(dynamo_gm, frozen["plan"], thaw_module(frozen["forward"], dynamo_gm),
+                                                compile_backward, thaw_module(frozen["backward_graph"], dynamo_gm))
 
 
 class GraphCache:

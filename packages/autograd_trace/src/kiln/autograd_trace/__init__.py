@@ -7,13 +7,10 @@ forward and backward graphs, for training), and a runtime that stitches compiled
 backward graphs back into autograd.
 """
 
+import importlib
+from typing import Any
+
 from kiln.autograd_trace._internal.errors import TraceError, VerifyError
-from kiln.autograd_trace._internal.inference import trace_inference
-from kiln.autograd_trace._internal.joint import JointGraph, trace_joint
-from kiln.autograd_trace._internal.partitioner import Partition, partition_joint
-from kiln.autograd_trace._internal.plan import RuntimePlan
-from kiln.autograd_trace._internal.runtime import AotCompiled, aot_compile
-from kiln.autograd_trace._internal.verify import verify
 
 __all__ = [
     "AotCompiled",
@@ -28,3 +25,20 @@ __all__ = [
     "trace_joint",
     "verify",
 ]
+
+# Each name's module is imported on first use: tracing imports more of torch's machinery than
+# running a compiled graph, and a process loading its graphs from kiln's whole-graph cache
+# (`AotCompiled.from_plan`) should pay only for what it calls.
+_ON_FIRST_USE = {
+    "trace_inference": "._internal.inference", "JointGraph": "._internal.joint", "trace_joint": "._internal.joint",
+    "Partition": "._internal.partitioner", "partition_joint": "._internal.partitioner",
+    "RuntimePlan": "._internal.plan", "AotCompiled": "._internal.runtime", "aot_compile": "._internal.runtime",
+    "verify": "._internal.verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_FIRST_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_ON_FIRST_USE[name], __name__), name)
+    return value

@@ -10,15 +10,12 @@ file. ``CapturedGraph.from_backend`` records a graph from inside any Dynamo back
 captures everything a script compiles.
 """
 
+import importlib
+from typing import Any
+
 from kiln.capture._internal.breaks import GraphBreak
-from kiln.capture._internal.capture import Capture, capture
-from kiln.capture._internal.dynamo_mode import CaptureSession
 from kiln.capture._internal.graph import CapturedGraph
-from kiln.capture._internal.graph_codec import GraphFileError
-from kiln.capture._internal.graph_file import load, save
-from kiln.capture._internal.recompiles import Recompile
 from kiln.capture._internal.source import SourceLocation
-from kiln.capture._internal.verify import VerificationError, verify
 
 __all__ = [
     "Capture",
@@ -34,3 +31,18 @@ __all__ = [
     "save",
     "verify",
 ]
+
+# Capturing, reports, graph files and verification are imported on first use: a backend that only
+# records the graphs Dynamo hands it (`CapturedGraph.from_backend`) needs none of them.
+_ON_FIRST_USE = {
+    "Capture": "._internal.capture", "capture": "._internal.capture", "CaptureSession": "._internal.dynamo_mode",
+    "GraphFileError": "._internal.graph_codec", "load": "._internal.graph_file", "save": "._internal.graph_file",
+    "Recompile": "._internal.recompiles", "VerificationError": "._internal.verify", "verify": "._internal.verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_FIRST_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_ON_FIRST_USE[name], __name__), name)
+    return value

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 import pathlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kiln.loopir import Capabilities, Codegen
 
-from .api import compile
 from .build import CppCompileError
 from .options import CppCodegenError, CppOptions
+
+if TYPE_CHECKING:
+    from kiln.loopir import KernelGraph
 
 DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
                     torch.bool, torch.bfloat16, torch.float16})
@@ -27,8 +30,14 @@ def options_from(settings: Mapping[str, Any]) -> CppOptions:
     return CppOptions(**values)
 
 
+def compile_kernel_graph(kernel_graph: KernelGraph, options: CppOptions | None = None) -> torch.nn.Module:
+    """`kiln.codegen_cpp.compile`, its module imported on the first compile: a process whose kernels
+    all come from kiln's whole-graph cache never imports the C++ source generators."""
+    return importlib.import_module(f"{__package__}.api").compile(kernel_graph, options)
+
+
 CODEGEN = Codegen(
-    name="cpu", devices=("cpu",), compile=compile, make_options=options_from,
+    name="cpu", devices=("cpu",), compile=compile_kernel_graph, make_options=options_from,
     # rows in a per-thread scratch row; bfloat16/float16 stored as 16 bits, computed in float;
     # cheap arithmetic read by several loops is recomputed by each (a batch norm's centred input),
     # costly math (a softmax's exp) is stored once: a CPU's vector exp costs more than its load

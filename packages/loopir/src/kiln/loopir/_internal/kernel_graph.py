@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._sympy.functions import CeilToInt, FloorToInt, IntTrueDiv
 
+from .graph_runtime import copied_view, ensure_layout, internal_view, restrided_buffer, strided_view
 from .ir import Kernel
 from .lower import ExternCall, LoweredGraph, LoweringError, step_specs
 from .schedule import FusionDecision, Schedule
@@ -32,68 +32,6 @@ from .values import StridedView
 
 aten = torch.ops.aten
 log = logging.getLogger(__name__)
-
-
-def ensure_layout(tensor: torch.Tensor, stride: list[int]) -> torch.Tensor:
-    """`tensor` if it has the strides the graph was traced with, else a copy that has them.
-
-    Kernels and views compute addresses from traced strides, and an eager op between regions
-    may return another layout than its fake-tensor meta said; a copy keeps results right.
-    """
-    actual = tensor.stride()
-    if actual == tuple(stride):  # the common case, checked first: this runs on every call
-        return tensor
-    if len(actual) != len(stride):
-        raise ValueError(f"graph input has {len(actual)} dims (shape {tuple(tensor.shape)}), "
-                         f"the graph was compiled for {len(stride)}; compile it again for this input")
-    if all(a == e or n <= 1 for a, e, n in zip(actual, stride, tensor.shape)):
-        return tensor
-    log.debug("input of shape %s has strides %s, kernels expect %s: copying", tuple(tensor.shape), actual,
-              tuple(stride))
-    # A traced stride of 0 (an expanded input) reads one element along that dim: copy that
-    # slice into a layout with the other strides, then expand it (a copy into overlapping
-    # memory is refused).
-    broadcast = [dim for dim, (st, n) in enumerate(zip(stride, tensor.shape)) if st == 0 and n > 1]
-    source = tensor
-    for dim in broadcast:
-        source = source.narrow(dim, 0, 1)
-    copy = torch.empty_strided(source.shape, stride, dtype=tensor.dtype, device=tensor.device).copy_(source)
-    return copy.expand(tensor.shape) if broadcast else copy
-
-
-def strided_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
-    """`tensor` seen with new sizes/strides; `offset` counts from tensor's first element."""
-    return tensor.as_strided(size, stride, tensor.storage_offset() + offset)
-
-
-# torch's C++ view constructor without the dispatcher (what Inductor's wrappers call): 3 vs 6 us
-# per view on a CPU, and a compiled graph makes each of its views on every call. It records no
-# autograd view (no `_base`), so only views the graph's own kernels and externs read use it.
-_REINTERPRET = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_reinterpret_tensor",
-                       lambda tensor, size, stride, offset: strided_view(tensor, size, stride, offset))
-
-
-def internal_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
-    """`strided_view` for a view only the graph reads (never returned)."""
-    if tensor.requires_grad:
-        return strided_view(tensor, size, stride, offset)
-    return _REINTERPRET(tensor, size, stride, offset)
-
-
-def restrided_buffer(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
-    """`strided_view`'s elements as a tensor of its own over `tensor`'s storage, not a view of
-    `tensor` (a kernel's buffer nothing else holds), where they are all of its elements (a
-    value computed in memory order: eager's result is no view, and a view returned through an
-    `autograd.Function` could not be modified in place); else a view, as eager's (an expand)."""
-    if offset != 0 or math.prod(size) != tensor.numel():
-        return strided_view(tensor, size, stride, offset)
-    result = torch.empty((0,), dtype=tensor.dtype, device=tensor.device)
-    return result.set_(tensor.untyped_storage(), tensor.storage_offset() + offset, size, stride)
-
-
-def copied_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
-    """`strided_view`'s elements copied into a tensor of their own, in the same dim order."""
-    return strided_view(tensor, size, stride, offset).clone()
 
 
 def _unview_outputs(graph: fx.Graph, copy_shared: bool) -> None:

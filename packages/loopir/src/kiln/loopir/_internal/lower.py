@@ -25,13 +25,18 @@ from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
 from .output_views import free_symbols, view_base, view_geometry, views_like
 from .recompute import recomputed_on_reuse
 from .registry import Lowerings, default_lowerings
-from .sizes import Expr, compute_dtype, contiguous_strides, same_exprs, to_expr, to_exprs
+from .sizes import (
+    SUPPORTED_DTYPES,
+    Expr,
+    compute_dtype,
+    contiguous_strides,
+    same_exprs,
+    to_expr,
+    to_exprs,
+)
 from .values import Lazy, StridedView, Value
 
 log = logging.getLogger(__name__)
-
-SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
-                              torch.int16, torch.int8, torch.uint8, torch.bool})
 
 
 class LoweringError(NotImplementedError):

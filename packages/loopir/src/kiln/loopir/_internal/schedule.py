@@ -13,6 +13,7 @@ import logging
 
 import sympy
 
+from .fusion_records import FusionDecision
 from .ir import (
     BufferSpec,
     ComputedBuffer,
@@ -30,48 +31,6 @@ from .sizes import free_size_symbols, same_exprs
 from .values import StridedView
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FusionDecision:
-    """Why `buffer` joined `kernel` (`fused`) or started it: `kind` is one of `FUSED_KINDS` or
-    `BLOCKER_KINDS`; `detail` says which buffers, ranges or indices decided it."""
-
-    buffer: str
-    kernel: str
-    fused: bool
-    kind: str
-    detail: str = ""
-
-    def __post_init__(self) -> None:
-        kinds = FUSED_KINDS if self.fused else BLOCKER_KINDS
-        if self.kind not in kinds:
-            raise ValueError(f"fusion decision kind {self.kind!r} is not one of {sorted(kinds)}")
-
-    @property
-    def reason(self) -> str:
-        text = (FUSED_KINDS if self.fused else BLOCKER_KINDS)[self.kind]
-        return f"{text}: {self.detail}" if self.detail else text
-
-    def __str__(self) -> str:
-        verb = "fused into" if self.fused else "starts"
-        return f"{self.buffer} {verb} {self.kernel}: {self.reason}"
-
-
-FUSED_KINDS = {
-    "same_ranges": "same ranges, reads kernel buffers where they were stored",
-    "merged_dims": "its dims merge the kernel's, reads kernel buffers where they were stored",
-    "row": "a row of the kernel's reduction, reads kernel buffers where they were stored",
-    "row_prologue": "a reduction over the rows of the kernel's pointwise nodes, which run as row loops "
-                    "before it; reads kernel buffers where they were stored",
-}
-BLOCKER_KINDS = {
-    "first": "first buffer",
-    "closed_by_extern": "the open kernel was closed by an extern that reads it",
-    "ranges_differ": "ranges differ from the kernel's",
-    "reads_elsewhere": "reads a kernel buffer not where it was stored",
-    "scan": "a scan runs in a kernel of its own",
-}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -34,6 +34,8 @@ class FloorDiv(sympy.Function):
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
+SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
+                              torch.int16, torch.int8, torch.uint8, torch.bool})
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
