@@ -13,6 +13,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln import codegen_cpp, loopir
+from kiln.codegen_cpp._internal.vector_loops import FLUSH_BLOCKS
+from kiln.codegen_cpp._internal.vector_reduction_source import LANEWISE_RUN, PARTS
 from kiln.codegen_cpp._internal.vector_segments import (
     decide_comparison,
     resolve_clamps,
@@ -273,7 +275,8 @@ def test_hot_channels_last_batch_norm_loops_use_the_vector_layer(cpp, name, reco
     source = compiled.source
     assert not vector_guard_failures(source), source
     # the statistics: lanes across the channels, each reducing over N, H, W; no lane fold
-    assert ("kiln::vf64x2 vacc_" in source) == ("batch statistics" in name), source
+    # float32 lanes whose sums move into a float64 total every few rows
+    assert ("kiln::vf64x2 vtotal_" in source) == ("batch statistics" in name), source
     assert "kiln::reduce_" not in source, source
     # the normalization: rsqrt(var + eps) once per channel, before the N, H, W loops
     assert "computed before the loops" in source, source
@@ -283,15 +286,55 @@ def test_hot_channels_last_batch_norm_loops_use_the_vector_layer(cpp, name, reco
     assert "< 1;" not in source, source
 
 
-def test_row_reductions_keep_eager_nan_semantics_and_float64_accumulation(cpp):
+def test_row_reductions_keep_eager_nan_semantics(cpp):
     x = torch.randn(6, 37)
     x[1, 5], x[2, 36], x[3, :] = float("nan"), float("nan"), float("-inf")
-    big = torch.full((2, 4099), 1.0)
-    big[:, 0] = 2.0 ** 25  # a float32 accumulator would drop every 1.0 added to it
     compiled = cpp.check(lambda x: (x.amax(-1), x.amin(-1), x.sum(-1)), x)
     assert "kiln::reduce_max" in compiled.source
-    exact = torch.tensor(2.0 ** 25 + 4098, dtype=torch.float64).float()  # a float32 sum gives 2 ** 25
-    assert cpp.check(lambda y: y.sum(-1), big).module(big)[0] == exact
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_float32_sums_add_at_most_a_bounded_run_in_float32(cpp, cpp_parallel, width):
+    """The stated accuracy of vector float32 sums: float32 lanes, each lane's partial sum moved
+    into a float64 total after at most FLUSH_BLOCKS + PARTS values (the hot loop adds without
+    conversion), the total rounded once. A large value followed by ones is the worst case of a
+    float32 accumulator: the lane holding 2**25 drops every 1.0 added to it (ulp 4) until its
+    flush, so at most FLUSH_BLOCKS + PARTS - 1 of them are lost, whatever the row's length (a
+    single float32 accumulator per lane loses length / lanes). Eager's cascade sum loses 16
+    per row here. Sums over outer dims (lanes across the outputs, one accumulator per lane) add
+    a run in float32 only when their innermost loop is short (at most LANEWISE_RUN values),
+    else in float64 lanes (plus, in every case, the final rounding to float32)."""
+    length = 65537
+    rounding = 2  # the final rounding to float32: half an ulp at 2**25
+    big = torch.full((2, length), 1.0)
+    big[:, 0] = 2.0 ** 25
+    exact = 2.0 ** 25 + length - 1
+    flags = (*cpp.options.flags, f"-DKILN_VECTOR_BYTES={width}")
+    row = cpp.with_options(flags=flags).check(lambda y: y.sum(-1), big, atol=16, rtol=0)
+    assert "kiln::vf64x2 vtotal_" in row.source and "kiln::widen2(" not in row.source.split("vector code, 4")[1].split("}")[0]
+    whole = cpp_parallel.with_options(flags=flags).check(lambda y: y.sum(), big, atol=32, rtol=0)
+    assert "split in 64 chunks" in whole.source
+    for result, expected, rows in [(row.module(big)[0], exact, 1), (whole.module(big), 2 * exact, 2)]:
+        lost = expected - result.double()
+        assert (0 <= lost).all() and (lost <= rows * (FLUSH_BLOCKS + PARTS - 1) + rounding).all(), (lost, result)
+    # sums over outer dims (lanes across the outputs): float32 runs over a short innermost loop
+    # (at most LANEWISE_RUN values), float64 lanes over a long one
+    planes = torch.ones(256, LANEWISE_RUN, 64)
+    planes[0, 0] = 2.0 ** 25
+    short = cpp.with_options(flags=flags).check(lambda y: y.sum((0, 1)), planes, atol=64, rtol=0)
+    columns = torch.ones(length, 64)
+    columns[0] = 2.0 ** 25
+    long = cpp.with_options(flags=flags).check(lambda y: y.sum(0), columns, atol=16, rtol=0)
+    assert "kiln::vf32 vacc_" in short.source and "kiln::vf32 vacc_" not in long.source
+    for compiled, inputs, expected, bound in [(short, planes, 2.0 ** 25 + 256 * LANEWISE_RUN - 1, LANEWISE_RUN - 1),
+                                             (long, columns, exact, 0)]:
+        lost = expected - compiled.module(inputs)[0].double()
+        assert (0 <= lost).all() and (lost <= bound + rounding).all(), lost
+    if width != WIDTHS[-1]:
+        return
+    # ones alone (partials of at most 12 values each) stay exact far beyond float32's 2**24
+    ones = torch.ones(1, 2 ** 25 + 4098)
+    assert cpp.with_options(flags=flags).build(lambda y: y.sum(-1), ones).module(ones)[0] == 2.0 ** 25 + 4098
 
 
 def test_the_guard_catches_a_scalar_loop_and_scalar_math():

@@ -51,7 +51,9 @@ def test_reduction_loops_keep_four_independent_accumulators(cpp):
     assert compiled.source.count("// vector code, 4 accumulators") == 2
     for part in range(4):
         assert f"constexpr int part = {part};" in compiled.source
-    assert "kiln::reduce_add(((vacc_buf0[0] + vacc_buf0[1]) + (vacc_buf0[2] + vacc_buf0[3])))" in compiled.source
+    # the float32 sum's accumulators folded as a tree into its float64 total, then its lanes
+    fold = "vtotal_buf0 = vtotal_buf0 + kiln::widen2(((vacc_buf0[0] + vacc_buf0[1]) + (vacc_buf0[2] + vacc_buf0[3])));"
+    assert fold in compiled.source and "kiln::reduce_add(vtotal_buf0)" in compiled.source
 
 
 def test_first_nan_and_first_tie_across_accumulators_and_lanes(cpp):

@@ -133,3 +133,19 @@ def test_arithmetic_only_recompute_still_recomputes_a_batch_norm_centred_input()
     assert full_size_buffers(arithmetic) == 1  # the output only: x - mean is recomputed
     # the centred value's subtraction runs in the variance's loop too, not only in its own
     assert _op_count(arithmetic, "sub") > _op_count(stored, "sub")
+
+
+def test_a_gradient_read_by_two_matmuls_one_through_a_transpose_is_stored_once():
+    """An MLP backward's output gradient: cheap (two loads, three ops), read by the input-gradient
+    matmul, transposed by the weight-gradient matmul and summed for the bias. Recomputed per
+    user, the transposed matmul input was a second, transposed copy; stored once, that matmul
+    reads a transposed view of the one buffer (as eager and Inductor pass it)."""
+    def linear_backward(pred, target, scale, weight, x):
+        grad = (pred - target) * (2.0 / pred.numel()) * scale
+        return grad @ weight, grad.t() @ x, grad.sum(0)
+
+    args = (torch.randn(16, 8), torch.randn(16, 8), torch.tensor(1.5), torch.randn(8, 12), torch.randn(16, 12))
+    kg = _lowered(linear_backward, *args, recompute_cheap=True)
+    assert len(kg.externs) == 2
+    # one buffer over the gradient's elements (in either orientation), not one per matmul
+    assert sum(sorted(n.spec.size) == [8, 16] for k in kg.kernels for n in k.nodes) == 1

@@ -62,15 +62,16 @@ TILE = 16  # rows of a transposing kernel's 2-D tile
 
 
 def _loop_nest(rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], body: list[str],
-               innermost_pragma: str | None, vector: bool, reduction: bool = False) -> list[str]:
+               innermost_pragma: str | None, vector: bool, reduction: bool = False,
+               flush: Sequence[str] = ()) -> list[str]:
     """Loops over `ranges`; the innermost one is vector code (a reduction's with PARTS
-    accumulators), or scalar with a pragma."""
+    accumulators, `flush` its partials' move to a wider total), or scalar with a pragma."""
     lines: list[str] = []
     for depth, (var, extent) in enumerate(zip(rvars, ranges)):
         if depth < len(rvars) - 1:
             lines += indent([loop(var, extent) + " {"], depth)
         elif vector and reduction:
-            lines += indent(vector_reduction_loop(var, extent, body), depth)
+            lines += indent(vector_reduction_loop(var, extent, body, flush=flush), depth)
         elif vector:
             lines += indent(vector_loop(var, extent, body), depth)
         else:
@@ -145,7 +146,7 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
     if vector:
         red = handler.pending_reduction
         loops = list(red.declarations) + _loop_nest(rvars, node.reduction_ranges, list(red.body), None, True,
-                                                    reduction=True)
+                                                    reduction=True, flush=red.flush)
     else:
         loops = reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options, parallel_reduction)
     return [comment] + loops + parts.after

@@ -42,6 +42,10 @@ class PendingReduction:
     partial_type: str = ""
     fold_lines: int = 0
     combine: str = ""
+    # Vector code only: statements that move the accumulators' partial sums into a wider total
+    # (vector_loops.vector_reduction_loop runs them every FLUSH_BLOCKS iterations and after the loop;
+    # reduction_lines, for a lane-wise sum, after each run of its innermost loop).
+    flush: tuple[str, ...] = ()
 
 
 def _sum(name: str, ctype: str, value: str, body: list[str]) -> PendingReduction:
@@ -141,4 +145,6 @@ def reduction_lines(red: PendingReduction, rvars: Sequence[sympy.Symbol], ranges
     lines += ["    " * depth + line for line in red.body]
     for d in range(depth - 1, -1, -1):
         lines.append("    " * d + "}")
+        if d == depth - 1:  # after each run of the innermost loop (a lane-wise float32 sum's)
+            lines += ["    " * d + line for line in red.flush]
     return lines

@@ -21,6 +21,9 @@ from .vector_reduction_source import PARTS
 # combined in chunk order after the parallel loop: the result does not depend on the number
 # of threads.
 CHUNKS = 64
+# A float32 sum's float32 partials go to its float64 total after this many iterations of the
+# main reduction loop: each partial adds at most FLUSH_BLOCKS + PARTS values.
+FLUSH_BLOCKS = 8
 
 
 def indent(lines: list[str], depth: int) -> list[str]:
@@ -39,11 +42,12 @@ def vector_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str], pragma: 
 
 
 def vector_reduction_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str], start: str = "0",
-                          stop: str | None = None) -> list[str]:
+                          stop: str | None = None, flush: Sequence[str] = ()) -> list[str]:
     """A reduction loop over [start, stop) (default: [0, extent)) as vector code with PARTS
     accumulators: each iteration of the main loop runs `body` on PARTS consecutive vectors,
     vector `k` into accumulator `part` k; the whole vectors left over, then the tail, go to
-    accumulator 0."""
+    accumulator 0. `flush` (a float32 sum's move of its partials into its float64 total) runs
+    after every FLUSH_BLOCKS iterations of the main loop and once at the end."""
     hi = stop or cpp_expr(extent)
 
     def multiple_end(step: str) -> str:  # where whole steps from `start` end
@@ -53,16 +57,27 @@ def vector_reduction_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str]
 
     block, blocks_end = f"{var}_block", multiple_end(f"{PARTS} * KILN_LANES")
     end = f"kiln::vector_end({hi})" if start == "0" else multiple_end("KILN_LANES")
-    lines = [f"for (int64_t {block} = {start}; {block} < {blocks_end}; {block} += {PARTS} * KILN_LANES) {{"
-             f"  // vector code, {PARTS} accumulators"]
+    blocks = []
     for part in range(PARTS):
-        lines += indent(["{", f"    constexpr int part = {part};", "    constexpr int64_t active = KILN_LANES;",
-                         f"    const int64_t {var} = {block} + {part} * KILN_LANES;", *indent(body, 1), "}"], 1)
-    lines += ["}", f"for (int64_t {var} = {blocks_end}; {var} < {end}; {var} += KILN_LANES) {{  // vector code",
+        blocks += indent(["{", f"    constexpr int part = {part};", "    constexpr int64_t active = KILN_LANES;",
+                          f"    const int64_t {var} = {block} + {part} * KILN_LANES;", *indent(body, 1), "}"], 1)
+    header = f"  // vector code, {PARTS} accumulators"
+    if flush:
+        span, span_end = f"{var}_span", f"{var}_span_end"
+        lines = [f"for (int64_t {span} = {start}; {span} < {blocks_end}; "
+                 f"{span} += {FLUSH_BLOCKS} * {PARTS} * KILN_LANES) {{",
+                 f"    const int64_t {span_end} = std::min<int64_t>({blocks_end}, "
+                 f"{span} + {FLUSH_BLOCKS} * {PARTS} * KILN_LANES);",
+                 f"    for (int64_t {block} = {span}; {block} < {span_end}; {block} += {PARTS} * KILN_LANES) {{"
+                 + header, *indent(blocks, 1), "    }", *indent(list(flush), 1), "}"]
+    else:
+        lines = [f"for (int64_t {block} = {start}; {block} < {blocks_end}; {block} += {PARTS} * KILN_LANES) {{"
+                 + header, *blocks, "}"]
+    lines += [f"for (int64_t {var} = {blocks_end}; {var} < {end}; {var} += KILN_LANES) {{  // vector code",
               "    constexpr int part = 0;", "    constexpr int64_t active = KILN_LANES;", *indent(body, 1), "}",
               f"if ({end} < {hi}) {{  // the tail: one partial vector",
               f"    const int64_t {var} = {end}, active = {hi} - {var};", "    constexpr int part = 0;",
-              *indent(body, 1), "}"]
+              *indent(body, 1), "}", *flush]
     return lines
 
 
@@ -79,10 +94,10 @@ def split_reduction_lines(red: PendingReduction, after: list[str], rvars: Sequen
     lo, hi = f"{var}_lo", f"{var}_hi"
     if len(rvars) == 1:  # chunks of whole vector blocks
         step = f"{PARTS} * KILN_LANES"
-        loops = vector_reduction_loop(var, ranges[0], list(red.body), lo, hi)
+        loops = vector_reduction_loop(var, ranges[0], list(red.body), lo, hi, red.flush)
     else:  # chunks of the outermost loop, vector code innermost
         step = "1"
-        inner = vector_reduction_loop(rvars[-1], ranges[-1], list(red.body))
+        inner = vector_reduction_loop(rvars[-1], ranges[-1], list(red.body), flush=red.flush)
         for depth in range(len(rvars) - 2, 0, -1):
             inner = [f"for (int64_t {rvars[depth]} = 0; {rvars[depth]} < {cpp_expr(ranges[depth])}; "
                      f"++{rvars[depth]}) {{", *indent(inner, 1), "}"]

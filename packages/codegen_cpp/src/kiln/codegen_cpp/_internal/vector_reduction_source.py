@@ -6,8 +6,11 @@ dependency chains run side by side instead of one (an add or a compare-select ha
 of several cycles, a throughput of one or two per cycle). After the loop the parts are folded
 as a tree, then the lanes of the result as a tree (`kiln::reduce_*`).
 
-Semantics are the scalar loops' (`reduction_source.py`): float32 sums accumulate in float64
-lanes; max/min note NaNs in a mask, and any NaN makes the result NaN; argmax/argmin keep, per
+Semantics are the scalar loops' (`reduction_source.py`), except that a float32 sum adds in
+float32 lanes, each lane's partial sum moved into a float64 total every FLUSH_BLOCKS iterations
+(`vector_loops.vector_reduction_loop`): at most FLUSH_BLOCKS + PARTS values per float32 partial,
+so the error stays near a float64 sum's rounded once (stated and tested in
+`tests/test_codegen_cpp_vector.py`), and the hot loop has no conversion; max/min note NaNs in a mask, and any NaN makes the result NaN; argmax/argmin keep, per
 lane, the best value and its position (a strictly better value, or the first NaN, replaces
 them), and the folds break ties by the lower position, so the result is eager's first index
 (the first NaN's, when there is one).
@@ -18,9 +21,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import sympy
+
 from .reduction_source import PendingReduction, lowest_first
 
 PARTS = 4
+# A lane-wise float32 sum adds in float32 lanes when its innermost loop has at most this many
+# iterations (`short_innermost_loop`).
+LANEWISE_RUN = 32
 _FLOATS = ("float", "double")
 # The vector type of an accumulator, by the C++ type of the value reduced.
 _ACCUMULATORS = {"float": "kiln::vf32", "double": "kiln::vf64", "int64_t": "kiln::vi64", "int32_t": "kiln::vi32",
@@ -42,23 +50,32 @@ def _declare(vector: str, name: str, init: str) -> str:
     return f"{vector} {name}[{PARTS}] = {{{', '.join([init] * PARTS)}}};"
 
 
+def _float32_sum(name: str, value: str) -> PendingReduction:
+    """A float32 sum: float32 accumulators, their partial sums moved into a float64 total
+    (`kiln::vf64x2`, two registers) every FLUSH_BLOCKS iterations and after the loop, so a
+    float32 lane adds up at most FLUSH_BLOCKS + PARTS values (one add per element in the hot
+    loop, no conversion); the total is rounded to float once."""
+    acc, vacc, total = f"acc_{name}", f"vacc_{name}", f"vtotal_{name}"
+    flush = (f"{total} = {total} + kiln::widen2({_tree('({} + {})', _parts(vacc))});",
+             " = ".join(_parts(vacc)) + " = kiln::vf32{};")
+    finish = (f"auto {acc} = kiln::reduce_add({total});", f"float sum_{name} = static_cast<float>({acc});")
+    declarations = (_declare("kiln::vf32", vacc, "kiln::vf32{}"), f"kiln::vf64x2 {total} = {{}};")
+    update = (f"{vacc}[part] = {vacc}[part] + kiln::active_or({value}, 0, active);",)
+    return PendingReduction("sum", declarations, update, finish, "", f"sum_{name}", acc, "double", 1, "({} + {})",
+                            flush)
+
+
 def _sum_or_product(name: str, reduction_type: str, ctype: str, value: str) -> PendingReduction:
+    if ctype == "float" and reduction_type == "sum":
+        return _float32_sum(name, value)
     acc, vacc = f"acc_{name}", f"vacc_{name}"
-    # float32 sums accumulate in float64, as the scalar loop, in two registers (kiln::vf64x2)
-    vector = "kiln::vf64x2" if ctype == "float" and reduction_type == "sum" else _ACCUMULATORS[ctype]
+    vector = _ACCUMULATORS[ctype]
     identity, op = ("0", "+") if reduction_type == "sum" else ("1", "*")
     element = f"kiln::active_or({value}, {identity}, active)"
-    if vector != _ACCUMULATORS[ctype]:
-        element = f"kiln::widen2({element})"
     finish = [f"auto {acc} = kiln::reduce_{'add' if op == '+' else 'mul'}({_tree('({} ' + op + ' {})', _parts(vacc))});"]
-    result = acc
-    if ctype == "float" and reduction_type == "sum":
-        result = f"sum_{name}"
-        finish.append(f"float {result} = static_cast<float>({acc});")
-    init = "kiln::vf64x2{}" if vector == "kiln::vf64x2" else f"kiln::splat<{vector}>({identity})"
-    return PendingReduction(reduction_type, (_declare(vector, vacc, init),),
-                            (f"{vacc}[part] = {vacc}[part] {op} {element};",), tuple(finish), "", result,
-                            acc, "double" if ctype == "float" and op == "+" else ctype, 1, f"({{}} {op} {{}})")
+    return PendingReduction(reduction_type, (_declare(vector, vacc, f"kiln::splat<{vector}>({identity})"),),
+                            (f"{vacc}[part] = {vacc}[part] {op} {element};",), tuple(finish), "", acc,
+                            acc, ctype, 1, f"({{}} {op} {{}})")
 
 
 def _extremum(name: str, reduction_type: str, ctype: str, value: str) -> PendingReduction:
@@ -126,11 +143,21 @@ def start_vector_reduction(name: str, reduction_type: str, ctype: str, value: st
     return dataclasses.replace(pending, body=(*body, *pending.body))
 
 
+def short_innermost_loop(extent: sympy.Expr | None) -> bool:
+    """Whether a lane-wise reduction's innermost loop runs at most LANEWISE_RUN iterations (a
+    constant): its float32 sum then adds a run in float32 lanes, moved into the float64 total
+    after the loop. Longer or symbolic loops keep float64 lanes: a sum over 2048 rows 8 KB
+    apart (`x.sum(0)`) ran 1.2-3x slower with float32 runs of 8 or 64 and a flush after each
+    (min times under load), the rows' loads, not the adds, being its cost."""
+    return extent is not None and extent.is_Integer and int(extent) <= LANEWISE_RUN
+
+
 def start_lanewise_reduction(name: str, reduction_type: str, ctype: str, value: str | tuple[str, str],
-                             body: Sequence[str]) -> PendingReduction | None:
+                             body: Sequence[str], short_loop: bool = False) -> PendingReduction | None:
     """A reduction whose lanes are KILN_LANES different outputs (a reduction over an outer
     dim, vectorized across the contiguous output dim): one accumulator vector, no fold; the
-    result is a vector (`result`, one value per output). None when it has no vector version."""
+    result is a vector (`result`, one value per output). `short_loop`: the innermost
+    reduction loop is short (`short_innermost_loop`). None when it has no vector version."""
     if ctype not in _ACCUMULATORS or (reduction_type in ("sum", "prod", "argmax", "argmin") and ctype == "bool"):
         return None
     vacc, vector = f"vacc_{name}", _ACCUMULATORS[ctype]
@@ -146,16 +173,20 @@ def start_lanewise_reduction(name: str, reduction_type: str, ctype: str, value: 
         return None
     finish: list[str] = []
     result = vacc
-    if reduction_type in ("sum", "prod"):
-        widen = ctype == "float" and reduction_type == "sum"  # float32 sums accumulate in float64
+    flush: tuple[str, ...] = ()
+    if ctype == "float" and reduction_type == "sum":
+        total, result = f"vtotal_{name}", f"vsum_{name}"
+        declarations = [f"kiln::vf64x2 {total} = {{}};"]  # two registers
+        update = [f"{total} = {total} + kiln::widen2({value});"]
+        if short_loop:  # float32 lanes over the innermost loop, then into the float64 total
+            declarations.append(f"kiln::vf32 {vacc} = {{}};")
+            update = [f"{vacc} = {vacc} + {value};"]
+            flush = (f"{total} = {total} + kiln::widen2({vacc});", f"{vacc} = kiln::vf32{{}};")
+        finish.append(f"kiln::vf32 {result} = kiln::narrow({total});")
+    elif reduction_type in ("sum", "prod"):
         op = "+" if reduction_type == "sum" else "*"
         declarations = [f"{vector} {vacc} = kiln::splat<{vector}>({'0' if op == '+' else '1'});"]
-        if widen:  # in two registers (kiln::vf64x2)
-            declarations = [f"kiln::vf64x2 {vacc} = {{}};"]
-        update = [f"{vacc} = {vacc} {op} {f'kiln::widen2({value})' if widen else value};"]
-        if widen:
-            result = f"vsum_{name}"
-            finish.append(f"kiln::vf32 {result} = kiln::narrow({vacc});")
+        update = [f"{vacc} = {vacc} {op} {value};"]
     elif ctype == "bool":
         op = "|" if reduction_type == "max" else "&"
         declarations = [f"kiln::vmask {vacc} = kiln::splat<kiln::vmask>({'0' if op == '|' else '-1'});"]
@@ -170,4 +201,5 @@ def start_lanewise_reduction(name: str, reduction_type: str, ctype: str, value: 
             update.append(f"{nan} = {nan} | kiln::mask({value} != {value});")
             result = f"vresult_{name}"
             finish.append(f"auto {result} = kiln::select({nan}, kiln::splat<{vector}>(NAN), {vacc});")
-    return PendingReduction(reduction_type, tuple(declarations), (*body, *update), tuple(finish), "", result)
+    return PendingReduction(reduction_type, tuple(declarations), (*body, *update), tuple(finish), "", result,
+                            flush=flush)

@@ -32,7 +32,11 @@ from .low_precision import (
     vector_to_storage,
 )
 from .printer import cpp_expr
-from .vector_reduction_source import start_lanewise_reduction, start_vector_reduction
+from .vector_reduction_source import (
+    short_innermost_loop,
+    start_lanewise_reduction,
+    start_vector_reduction,
+)
 from .vector_segments import decide_comparison, resolve_clamps
 
 
@@ -244,8 +248,12 @@ class CppVectorHandler(CppHandler):
         value = tuple(map(self.broadcast, value)) if isinstance(value, tuple) else self.broadcast(value)
         if isinstance(value, tuple) and self.dtype(value[1]) != torch.int64:
             raise NotVectorizable(f"a {reduction_type} reduction with {self.dtype(value[1])} positions")
-        start = start_lanewise_reduction if self.across_outputs else start_vector_reduction
-        pending = start(name, reduction_type, c_type(dtype), value, self.end_loop_body())
+        if self.across_outputs:
+            innermost = self.node.reduction_ranges[-1] if self.node.reduction_ranges else None
+            pending = start_lanewise_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body(),
+                                               short_innermost_loop(innermost))
+        else:
+            pending = start_vector_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
         if pending is None:
             raise NotVectorizable(f"a {reduction_type} reduction of {dtype}")
         self.pending_reduction = pending

@@ -23,7 +23,7 @@ from torch._prims_common import compute_elementwise_output_strides
 from . import philox
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
 from .output_views import free_symbols, view_base, view_geometry, views_like
-from .recompute import recomputed_on_reuse
+from .recompute import recomputed_on_reuse, stored_uses
 from .registry import Lowerings, default_lowerings
 from .sizes import (
     SUPPORTED_DTYPES,
@@ -441,12 +441,11 @@ def _lower_call(ctx: LoweringContext, table: Lowerings, node: fx.Node, env: dict
 
 
 def _stored_by_at_most_one(node: fx.Node, table: Lowerings) -> bool:
-    """Whether at most one user needs `node` in memory (an extern call, the graph's output):
-    a cheap value that each of its kernels recomputes is still stored once per such user, so
-    with several (q/k/v projections reading one norm) it is stored once instead."""
-    stored = sum(user.op == "output" or (user.target in table and table[user.target].kind == "extern")
-                 for user in node.users)
-    return stored <= 1
+    """Whether at most one user needs `node` in memory (an extern call, the graph's output,
+    directly or through views: `recompute.stored_uses`): a cheap value that each of its kernels
+    recomputes is still stored once per such user, so with several (q/k/v projections reading
+    one norm) it is stored once instead."""
+    return stored_uses(node, lambda user: table[user.target].kind if user.target in table else None) <= 1
 
 
 def _rounded(value: Lazy) -> Lazy:

@@ -11,9 +11,18 @@ divisions, comparisons, selects, casts): a compute-bound target (C++ on a CPU, w
 exp costs tens of cycles) keeps a softmax's ``exp`` a buffer computed once, while a batch norm's
 centred input ``x - sum / n``, read by the variance and by the output, is recomputed and never
 stored.
+
+A value that two or more users need in memory (extern calls such as matmuls, the graph's output,
+directly or through views) is stored once whatever its cost (`stored_uses`): recomputed, each of
+them would write its own copy, a transposed one for a view (an MLP backward's gradient, read by
+the input-gradient matmul and, transposed, by the weight-gradient matmul, was written twice).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.fx as fx
 
 from .body import record
 from .ops import RANDOM
@@ -47,3 +56,17 @@ def recomputed_on_reuse(value: Lazy, transcendental: bool = True) -> bool:
     if loads > CHEAP_LOADS or work > CHEAP_OPS or any(i.op in NEVER_RECOMPUTED for i in instrs):
         return False
     return transcendental or all(i.op in ARITHMETIC for i in instrs)
+
+
+def stored_uses(node: fx.Node, kind_of: Callable[[fx.Node], str | None]) -> int:
+    """How many users of `node` need it in memory: the graph's output, an extern call, or a view
+    (`kind_of(user) == "view"`, followed through further views) that one of those reads. Each
+    would store its own copy of a recomputed value (a view's in the view's layout); `kind_of`
+    gives a user's lowering kind ("extern", "view", ...; None for an op without lowering)."""
+
+    def stored(user: fx.Node, depth: int = 0) -> bool:
+        if user.op == "output" or kind_of(user) == "extern":
+            return True
+        return kind_of(user) == "view" and depth < 8 and any(stored(u, depth + 1) for u in user.users)
+
+    return sum(stored(user) for user in node.users)
