@@ -18,12 +18,12 @@ from typing import Any
 import torch
 import torch._refs
 from torch._prims_common import suggest_memory_format
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .decomp_activations import ACTIVATION_DECOMPOSITIONS
 from .decomp_indexing import INDEXING_DECOMPOSITIONS
 from .decomp_matmul import MATMUL_DECOMPOSITIONS
 from .decomp_norms import NORM_DECOMPOSITIONS
+from .layouts import dense_order, in_dim_order
 from .registry import LOW_PRECISION as _LOW_PRECISION
 from .registry import aten, decomposes
 from .table import DecompTable
@@ -154,30 +154,6 @@ def clamp_tensor(x, min=None, max=None):  # argument names are ATen's (calls pas
     return out
 
 
-def _dense_order(x: torch.Tensor, symbolic: bool = False) -> list[int] | None:
-    """Dims of a non-overlapping, dense ``x`` from outermost to innermost stride; None when
-    ``x`` is not dense, or (unless ``symbolic``) its strides are symbolic. Symbolic strides are
-    ordered by the example's values and checked dense at every size (no shape guard added)."""
-    hints = [_hint(v) for v in (*x.shape, *x.stride())]
-    if None in hints or (not symbolic and not all(isinstance(v, int) for v in (*x.shape, *x.stride()))):
-        return None
-    sizes, strides = hints[: x.dim()], hints[x.dim():]
-    order = sorted(range(x.dim()), key=lambda d: (-strides[d], -sizes[d]))
-    expected = 1
-    for d in reversed(order):
-        if not statically_known_true(x.shape[d] == 1) and not statically_known_true(x.stride(d) == expected):
-            return None
-        expected = expected * x.shape[d]
-    return order
-
-
-def _hint(value: int | torch.SymInt) -> int | None:
-    """An int, or the value a SymInt has in the example inputs (None: data-dependent)."""
-    if isinstance(value, torch.SymInt):
-        return int(value.node.hint) if value.node.has_hint() else None
-    return int(value)
-
-
 @decomposes(aten.full_like.default)
 def full_like(
     x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
@@ -190,7 +166,7 @@ def full_like(
         return NotImplemented
     order = list(range(x.dim()))
     if memory_format != torch.contiguous_format and not x.is_contiguous():
-        order = _dense_order(x)
+        order = dense_order(x)
         if order is None:
             return NotImplemented
     filled = aten.full.default(
@@ -215,11 +191,8 @@ def copy(self, src, non_blocking=False):
     expanded = aten.expand.default(value, list(self.shape))
     # Laid out as `self`, whose storage eager's copy_ writes: a channels-last input written in
     # place stays channels-last, and so does what is computed from it (lerp follows it).
-    order = _dense_order(self, symbolic=True)
-    if order is None or order == list(range(self.dim())):
-        return aten.clone.default(expanded, memory_format=torch.contiguous_format)
-    permuted = aten.clone.default(aten.permute.default(expanded, order), memory_format=torch.contiguous_format)
-    return aten.permute.default(permuted, sorted(range(self.dim()), key=order.__getitem__))
+    order = dense_order(self, symbolic=True)
+    return in_dim_order(expanded, list(range(self.dim())) if order is None else order)
 
 
 @decomposes(aten.roll.default)

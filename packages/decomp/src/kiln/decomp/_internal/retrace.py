@@ -39,6 +39,7 @@ from .casts import fold_exact_casts
 from .cleanup import eliminate_dead_pure_nodes
 from .dispatch_mode import TableDispatchMode, below_autograd
 from .inplace import functionalize_unobservable_inplace, unobservable_inplace_nodes
+from .layouts import relayout_as_recorded
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def _decompose(
     fake_mode, inputs = _fake_inputs(placeholders, example_inputs, own_shape_env)
     attr_targets, attr_values = _lifted_attributes(gm, fake_mode)
     symbolic = fake_mode.shape_env is not None and (own_shape_env or _any_symbolic(inputs))
-    runner = _AttrLiftingInterpreter(gm, attr_targets)
+    runner = _AttrLiftingInterpreter(gm, attr_targets, table)
     mode = TableDispatchMode(table, frozenset(getattr(table, "kept", ())))
 
     def run_under_table(*args: Any) -> Any:
@@ -320,9 +321,11 @@ class _AttrLiftingInterpreter(fx.Interpreter):
     view whose input came out of the retrace laid out so that it cannot be viewed is a reshape.
     """
 
-    def __init__(self, gm: fx.GraphModule, attr_targets: list[str]) -> None:
+    def __init__(self, gm: fx.GraphModule, attr_targets: list[str], table: Mapping[Any, Any]) -> None:
         super().__init__(gm)
         self._attr_targets = attr_targets
+        self._table = table
+        self._recorded_layout_differs = _computed_from_differing_layouts(gm)
         self._attr_values: dict[str, Any] = {}
         self._functional = unobservable_inplace_nodes(gm.graph)
         self._node: fx.Node | None = None
@@ -336,7 +339,7 @@ class _AttrLiftingInterpreter(fx.Interpreter):
         if target in _SCALAR_READS:
             _remember_scalar(self._node, args[0])
         if target not in _VIEWS_BY_SHAPE:
-            return super().call_function(target, args, kwargs)
+            return self._in_recorded_layout(target, super().call_function(target, args, kwargs))
         try:
             return super().call_function(target, args, kwargs)
         except (RuntimeError, ValueError) as error:
@@ -347,6 +350,15 @@ class _AttrLiftingInterpreter(fx.Interpreter):
         # keeps its strides): reshape copies where the view cannot, as eager's reshape does.
         log.debug("decompose: %s of a tensor laid out differently than traced: reshaped", self._node)
         return super().call_function(torch.ops.aten.reshape.default, args, kwargs)
+
+    def _in_recorded_layout(self, target: Any, result: Any) -> Any:
+        """A decomposed op's result in the layout its node recorded (eager's; layouts.py):
+        decompositions downstream read its strides (lerp's copy_strided, `*_like`)."""
+        node = self._node
+        if node is None or target not in self._table or getattr(target, "is_view", True) \
+                or node in self._recorded_layout_differs or target in _EAGER_KEEPS_INPUT_LAYOUT:
+            return result
+        return relayout_as_recorded(result, _recorded_value(node))
 
     def run_flat(self, *args: Any) -> Any:
         split = len(args) - len(self._attr_targets)
