@@ -23,7 +23,7 @@ from .decomp_activations import ACTIVATION_DECOMPOSITIONS
 from .decomp_indexing import INDEXING_DECOMPOSITIONS
 from .decomp_matmul import MATMUL_DECOMPOSITIONS
 from .decomp_norms import NORM_DECOMPOSITIONS
-from .layouts import dense_order, in_dim_order
+from .layouts import dense_order, in_dim_order, rolls_nothing
 from .registry import LOW_PRECISION as _LOW_PRECISION
 from .registry import aten, decomposes
 from .table import DecompTable
@@ -197,13 +197,16 @@ def copy(self, src, non_blocking=False):
 
 @decomposes(aten.roll.default)
 def roll(self, shifts, dims=()):
-    """torch's reference roll, laid out as eager's: eager's CPU kernel writes into a tensor of
-    the input's suggested memory format (channels-last stays channels-last), torch's reference
-    (and eager's CUDA kernel) returns a contiguous one. Without dims, eager rolls the flattened
-    tensor: contiguous too."""
+    """torch's reference roll, laid out as eager's: eager's CPU kernel is a `cat` of the two
+    parts of the rolled dim, so it keeps the input's suggested memory format (channels-last stays
+    channels-last), except where a shift is a multiple of its dim's size (one part is empty: cat
+    of differing formats, contiguous; 39000458); several dims roll one after the other. torch's
+    reference (and eager's CUDA kernel) returns a contiguous tensor. Without dims, eager rolls
+    the flattened tensor: contiguous too."""
     rolled = torch._refs.roll(self, shifts, dims)
     memory_format = suggest_memory_format(self)
-    if self.device.type != "cpu" or not dims or memory_format == torch.contiguous_format:
+    if self.device.type != "cpu" or not dims or memory_format == torch.contiguous_format \
+            or any(rolls_nothing(self.shape[d], shift) for shift, d in zip(shifts, dims)):
         return rolled
     return aten.clone.default(rolled, memory_format=memory_format)
 

@@ -76,3 +76,10 @@ def relayout_as_recorded(value: Any, recorded: Any) -> Any:
         keep = order is None or is_dense_in_order(value, order) \
             or not all(statically_known_true(a == b) for a, b in zip(value.shape, recorded.shape))
     return value if keep else in_dim_order(value, order)
+
+
+def rolls_nothing(size: Any, shift: Any) -> bool:
+    """Whether a roll by `shift` along a dim of `size` moves no element: eager's CPU roll then
+    cats the whole dim with an empty part, a contiguous result whatever the input's layout. A
+    symbolic one is decided with a shape guard: the output's layout depends on it."""
+    return bool(size == 0) or bool(shift % size == 0)

@@ -31,15 +31,16 @@ from torch._subclasses.fake_tensor import (
     FakeTensor,
     FakeTensorMode,
 )
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_symbols
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
+from torch.utils._python_dispatch import _pop_mode_temporarily
 
 from .casts import fold_exact_casts
 from .cleanup import eliminate_dead_pure_nodes
 from .dispatch_mode import TableDispatchMode, below_autograd
 from .inplace import functionalize_unobservable_inplace, unobservable_inplace_nodes
-from .layouts import relayout_as_recorded
+from .layouts import relayout_as_recorded, rolls_nothing
 
 log = logging.getLogger(__name__)
 
@@ -163,13 +164,14 @@ def _computed_from_differing_layouts(gm: fx.GraphModule) -> set[fx.Node]:
 
 def _eager_layout_value(node: fx.Node) -> Any:
     """The node's recorded value, with the strides eager gives it where the meta kernel's differ
-    (`_EAGER_KEEPS_INPUT_LAYOUT`: those of empty_like(input))."""
+    (`_EAGER_KEEPS_INPUT_LAYOUT`: those of empty_like(input), unless a roll moves nothing)."""
     value = _recorded_value(node)
     if node.target not in _EAGER_KEEPS_INPUT_LAYOUT or not isinstance(value, FakeTensor) \
             or value.device.type != "cpu" or not _roll_dims(node):
         return value
     source = _recorded_value(node.args[0]) if isinstance(node.args[0], fx.Node) else None
-    if not (isinstance(source, FakeTensor) and _exprs(source.shape) == _exprs(value.shape)):
+    if not (isinstance(source, FakeTensor) and _exprs(source.shape) == _exprs(value.shape)) \
+            or any(rolls_nothing(source.shape[d], shift) for shift, d in zip(node.args[1], _roll_dims(node))):
         return value
     with value.fake_mode:
         return torch.empty_like(source, dtype=value.dtype, memory_format=suggest_memory_format(source))
@@ -339,7 +341,7 @@ class _AttrLiftingInterpreter(fx.Interpreter):
         if target in _SCALAR_READS:
             _remember_scalar(self._node, args[0])
         if target not in _VIEWS_BY_SHAPE:
-            return self._in_recorded_layout(target, super().call_function(target, args, kwargs))
+            return self._in_eager_layout(target, args, kwargs, super().call_function(target, args, kwargs))
         try:
             return super().call_function(target, args, kwargs)
         except (RuntimeError, ValueError) as error:
@@ -351,14 +353,23 @@ class _AttrLiftingInterpreter(fx.Interpreter):
         log.debug("decompose: %s of a tensor laid out differently than traced: reshaped", self._node)
         return super().call_function(torch.ops.aten.reshape.default, args, kwargs)
 
-    def _in_recorded_layout(self, target: Any, result: Any) -> Any:
-        """A decomposed op's result in the layout its node recorded (eager's; layouts.py):
-        decompositions downstream read its strides (lerp's copy_strided, `*_like`)."""
+    def _in_eager_layout(self, target: Any, args: Any, kwargs: Any, result: Any) -> Any:
+        """A decomposed op's result in eager's layout (layouts.py): decompositions downstream
+        read its strides (lerp's copy_strided, `*_like`). Eager's layout is the one its node
+        recorded; for a node computed from a value whose recorded layout is not eager's (a
+        channels-last `roll`), the op's meta function run on the retraced inputs, which have
+        eager's layouts (a layer_norm of such a roll is contiguous, as eager's)."""
         node = self._node
         if node is None or target not in self._table or getattr(target, "is_view", True) \
-                or node in self._recorded_layout_differs or target in _EAGER_KEEPS_INPUT_LAYOUT:
+                or target in _EAGER_KEEPS_INPUT_LAYOUT:
             return result
-        return relayout_as_recorded(result, _recorded_value(node))
+        if node not in self._recorded_layout_differs:
+            return relayout_as_recorded(result, _recorded_value(node))
+        # past this mode (no decomposition) and the proxy mode (nothing recorded): the fake
+        # mode's meta function alone
+        with _pop_mode_temporarily(), disable_proxy_modes_tracing():
+            meta = target(*args, **kwargs)
+        return relayout_as_recorded(result, meta)
 
     def run_flat(self, *args: Any) -> Any:
         split = len(args) - len(self._attr_targets)
