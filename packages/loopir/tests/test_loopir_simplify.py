@@ -98,3 +98,11 @@ def test_an_exact_quotient_of_sizes_is_the_quotient():
     assert FloorDiv(s0 * s1 * 6, 3 * s1) == 2 * s0
     assert isinstance(FloorDiv(s0**2 + 1, s0), FloorDiv)  # not exact: kept
     assert isinstance(FloorDiv(s0, 2 * s1), FloorDiv)
+
+
+def test_a_floor_division_of_an_exact_multiple_ends():
+    """40000229 (`torch.stack([a, b])[..., ::2]`): every term divisible by the divisor left an
+    empty rest, and dividing the rest again recursed without end."""
+    i0, i1 = index_vars(2)
+    assert simplify_index(FloorDiv(2 * i0 + 4 * i1, 2), {i0: 3, i1: 5}) == i0 + 2 * i1
+    assert simplify_index(sympy.Mod(FloorDiv(6 * i0, 3), 4), {i0: 2}) == 2 * i0
