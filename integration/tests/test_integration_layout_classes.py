@@ -58,6 +58,27 @@ def lerp_of_written_input(x, y):
     return (torch.lerp(y, x, 0.3),)
 
 
+def lerp_of_group_norm(x):
+    # 38000308: kiln's group_norm decomposition is laid out contiguously (eager's CPU kernel keeps
+    # channels-last), and torch's lerp decomposition ends in a copy_strided to the layout of its
+    # operands as the retrace saw them: contiguous, run in eager after the region
+    return (torch.lerp(torch.nn.functional.group_norm(x, 1), x, 0.3),)
+
+
+def layer_norm_of_roll(x):
+    # 39000458: the recorded fakes of what is computed from a channels-last roll follow roll's
+    # contiguous meta, so the layer_norm's decomposition (pointwise, channels-last) went
+    # uncorrected; eager's layer_norm is contiguous (the meta on the retraced inputs says so)
+    rolled = x.roll(1, 2)
+    return (torch.nn.functional.layer_norm(rolled, rolled.shape[-1:]), rolled)
+
+
+def roll_moving_nothing(x):
+    # 39000458: eager's CPU roll cats the two parts of the dim; a shift that is a multiple of
+    # the size leaves one empty and the result contiguous
+    return (x.roll(1, 0), x.roll(4, 2), x.roll((1, 4), (1, 3)))
+
+
 CASES = {
     "sliced_cast": (sliced_cast, lambda: [_transposed(5, 4, 7, 3)], [True]),
     "group_norm": (group_norm, lambda: [torch.randn(7, 7, 7, 1).to(memory_format=CHANNELS_LAST)], [True]),
@@ -70,6 +91,12 @@ CASES = {
     "lerp_of_written_input": (lerp_of_written_input,
                               lambda: [torch.randn(4, 4, 2, 4).to(memory_format=CHANNELS_LAST) for _ in range(2)],
                               [False, True]),
+    "lerp_of_group_norm": (lerp_of_group_norm, lambda: [torch.randn(5, 3, 2, 2).to(memory_format=CHANNELS_LAST)],
+                           [False, True]),
+    "layer_norm_of_roll": (layer_norm_of_roll, lambda: [torch.randn(1, 5, 4, 4).to(memory_format=CHANNELS_LAST)],
+                           [False, True]),
+    "roll_moving_nothing": (roll_moving_nothing,
+                            lambda: [torch.randn(1, 5, 4, 4).to(memory_format=CHANNELS_LAST)], [False]),
 }
 PARAMS = [pytest.param(name, dynamic, id=f"{name}-{'dynamic' if dynamic else 'static'}")
           for name, (_, _, dynamics) in CASES.items() for dynamic in dynamics]

@@ -148,9 +148,10 @@ def test_training_output_views_of_inputs_get_gradients():
     torch.testing.assert_close(x.grad, eager_x.grad)
 
 
-def test_training_keeps_expanded_outputs_their_own():
-    """In training an expanded output stays a buffer of its own (documented in the README): an
-    `autograd.Function`'s output viewing its intermediate could not be modified in place."""
+def test_training_returns_expanded_outputs_as_eagers_stride_0_views():
+    """In training an expanded output is a view of its intermediate, as eager's: an
+    `autograd.Function`'s output that is a view cannot be modified in place, and neither can an
+    expand in eager (its elements overlap)."""
     def fn(x):
         return (torch.sin(x) * 2).unsqueeze(0).expand(2, *x.shape)
 
@@ -158,7 +159,7 @@ def test_training_keeps_expanded_outputs_their_own():
     eager_x = x.detach().clone().requires_grad_()
     (got,), want = compiled_outputs(fn, x), fn(eager_x)
     torch.testing.assert_close(got, want)
-    assert got.stride() == (12, 4, 1)
+    assert got.stride() == want.stride() == (0, 4, 1)
     got.sum().backward()
     want.sum().backward()
     torch.testing.assert_close(x.grad, eager_x.grad)

@@ -64,3 +64,30 @@ def test_trace_inference_keeps_an_unused_collective():
     traced = trace_inference(gm, [torch.randn(4)])
     targets = [n.target for n in traced.graph.nodes if n.op == "call_function"]
     assert torch.ops._c10d_functional.all_reduce.default in targets
+
+
+def test_a_backward_called_after_a_graph_break_is_not_traced_by_dynamo_again():
+    """``loss.backward()`` inside a compiled function, after a graph break, runs with Dynamo's
+    frame hook set: Dynamo traced the runtime's backward, ATen graph and all, into a graph of
+    its own and handed it to the backend again (as it never does torch's AOTAutograd runtime)."""
+    dynamo_graphs, backward_compiler = Recorded(), Recorded()
+
+    def backend(gm, example_inputs):
+        dynamo_graphs(gm, example_inputs)
+        return aot_compile(gm, example_inputs, fw_compiler=Recorded(), bw_compiler=backward_compiler)
+
+    inputs = leaves()
+
+    def step(x, w1, w2):
+        loss = mlp(x, w1, w2)
+        torch._dynamo.graph_break()
+        loss.backward()
+        return loss
+
+    torch._dynamo.reset()
+    torch.compile(step, backend=backend)(*inputs)
+    reference = leaves()
+    for leaf, want in zip(inputs[1:], torch.autograd.grad(mlp(*reference), reference[1:])):
+        torch.testing.assert_close(leaf.grad, want)
+    assert len(dynamo_graphs.graphs) == 1  # the forward; the backward ran compiled, untraced
+    assert len(backward_compiler.graphs) == 1

@@ -300,3 +300,30 @@ def test_an_unused_collective_is_kept():
     gm = make_fx(fn, tracing_mode="fake")(torch.randn(4))
     out = decompose(gm, loop_level())
     assert torch.ops._c10d_functional.all_reduce.default in opset(out)
+
+
+@pytest.mark.parametrize("mode", ["fake", "symbolic"])
+def test_a_decomposed_value_keeps_the_layout_of_the_op_it_replaced(mode):
+    """38000308: kiln's group_norm decomposition ends in a view of a contiguous value, eager's
+    (CPU) group_norm of a channels-last input is channels-last; torch's lerp decomposition then
+    ended in a copy_strided to the strides of its operands as the retrace laid them out:
+    contiguous. Each decomposed value is put back into its node's recorded (eager) layout."""
+
+    def fn(x):
+        return torch.lerp(F.group_norm(x, 1), x, 0.3)
+
+    x = torch.randn(5, 3, 2, 2).to(memory_format=torch.channels_last)
+    gm = _trace(fn, x, mode=mode)
+    out = decompose(gm, loop_level())
+    assert torch.ops.prims.copy_strided.default not in opset(out)
+    (result,) = [n for n in out.graph.nodes if n.op == "output"][0].args
+    value = (result[0] if isinstance(result, (tuple, list)) else result).meta["val"]
+    recorded = gm.graph.output_node().args[0].meta["val"]
+    assert _hinted(value.stride()) == _hinted(recorded.stride()) == list(x.stride())
+    torch.testing.assert_close(out(x), fn(x))
+    assert out(x).stride() == fn(x).stride()
+
+
+def _hinted(values):
+    """Sizes or strides as the ints they are for the example inputs."""
+    return [v.node.hint if isinstance(v, torch.SymInt) else v for v in values]

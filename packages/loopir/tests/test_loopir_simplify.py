@@ -88,3 +88,21 @@ def test_known_simplifications():
     assert simplify_index(reshaped, {}) == reshaped
     # an index that may exceed the divisor stays
     assert simplify_index(sympy.Mod(i1, 64), {i1: 65}) == sympy.Mod(i1, 64)
+
+
+def test_an_exact_quotient_of_sizes_is_the_quotient():
+    """torch's view meta spells a size `(s0**2)//s0` (group_norm's decomposition); read as `s0`,
+    layouts and sizes compare equal to the ones spelled `s0` (38000308)."""
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    assert FloorDiv(s0**2, s0) == s0
+    assert FloorDiv(s0 * s1 * 6, 3 * s1) == 2 * s0
+    assert isinstance(FloorDiv(s0**2 + 1, s0), FloorDiv)  # not exact: kept
+    assert isinstance(FloorDiv(s0, 2 * s1), FloorDiv)
+
+
+def test_a_floor_division_of_an_exact_multiple_ends():
+    """40000229 (`torch.stack([a, b])[..., ::2]`): every term divisible by the divisor left an
+    empty rest, and dividing the rest again recursed without end."""
+    i0, i1 = index_vars(2)
+    assert simplify_index(FloorDiv(2 * i0 + 4 * i1, 2), {i0: 3, i1: 5}) == i0 + 2 * i1
+    assert simplify_index(sympy.Mod(FloorDiv(6 * i0, 3), 4), {i0: 2}) == 2 * i0

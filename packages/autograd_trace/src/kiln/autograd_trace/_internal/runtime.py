@@ -354,7 +354,24 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
                     result[i] = grad
             return tuple(result)
 
+    _not_a_dynamo_frame(KilnCompiledFunction.backward)
     return KilnCompiledFunction
+
+
+def _not_a_dynamo_frame(fn: Callable[..., object]) -> None:
+    """Dynamo never starts a frame of `fn` (nor of what it calls), as it never starts one of
+    torch's own AOTAutograd runtime (skipped as a torch file): a ``loss.backward()`` that runs
+    inside a ``torch.compile``'d function after a graph break calls the backward with Dynamo's
+    frame hook set, and Dynamo would trace it, ATen graph included, into a graph of its own and
+    compile it again. Inlined, it is still traced: compiled autograd's graph calls it and Dynamo
+    inlines it (`_backward_graph`). Torch without the per-code frame strategy: left as is."""
+    eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+    set_strategy = getattr(eval_frame, "set_code_exec_strategy", None)
+    action, strategy = getattr(eval_frame, "_FrameAction", None), getattr(eval_frame, "_FrameExecStrategy", None)
+    if set_strategy is None or action is None or strategy is None:
+        log.debug("this torch has no per-code Dynamo frame strategy: the backward may be traced as a frame")
+        return
+    set_strategy(fn.__code__, strategy(action.SKIP, action.SKIP))
 
 
 @functools.lru_cache(maxsize=64)

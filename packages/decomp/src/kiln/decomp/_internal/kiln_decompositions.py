@@ -18,12 +18,12 @@ from typing import Any
 import torch
 import torch._refs
 from torch._prims_common import suggest_memory_format
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .decomp_activations import ACTIVATION_DECOMPOSITIONS
 from .decomp_indexing import INDEXING_DECOMPOSITIONS
 from .decomp_matmul import MATMUL_DECOMPOSITIONS
 from .decomp_norms import NORM_DECOMPOSITIONS
+from .layouts import dense_order, in_dim_order, rolls_nothing
 from .registry import LOW_PRECISION as _LOW_PRECISION
 from .registry import aten, decomposes
 from .table import DecompTable
@@ -154,30 +154,6 @@ def clamp_tensor(x, min=None, max=None):  # argument names are ATen's (calls pas
     return out
 
 
-def _dense_order(x: torch.Tensor, symbolic: bool = False) -> list[int] | None:
-    """Dims of a non-overlapping, dense ``x`` from outermost to innermost stride; None when
-    ``x`` is not dense, or (unless ``symbolic``) its strides are symbolic. Symbolic strides are
-    ordered by the example's values and checked dense at every size (no shape guard added)."""
-    hints = [_hint(v) for v in (*x.shape, *x.stride())]
-    if None in hints or (not symbolic and not all(isinstance(v, int) for v in (*x.shape, *x.stride()))):
-        return None
-    sizes, strides = hints[: x.dim()], hints[x.dim():]
-    order = sorted(range(x.dim()), key=lambda d: (-strides[d], -sizes[d]))
-    expected = 1
-    for d in reversed(order):
-        if not statically_known_true(x.shape[d] == 1) and not statically_known_true(x.stride(d) == expected):
-            return None
-        expected = expected * x.shape[d]
-    return order
-
-
-def _hint(value: int | torch.SymInt) -> int | None:
-    """An int, or the value a SymInt has in the example inputs (None: data-dependent)."""
-    if isinstance(value, torch.SymInt):
-        return int(value.node.hint) if value.node.has_hint() else None
-    return int(value)
-
-
 @decomposes(aten.full_like.default)
 def full_like(
     x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
@@ -190,7 +166,7 @@ def full_like(
         return NotImplemented
     order = list(range(x.dim()))
     if memory_format != torch.contiguous_format and not x.is_contiguous():
-        order = _dense_order(x)
+        order = dense_order(x)
         if order is None:
             return NotImplemented
     filled = aten.full.default(
@@ -215,22 +191,22 @@ def copy(self, src, non_blocking=False):
     expanded = aten.expand.default(value, list(self.shape))
     # Laid out as `self`, whose storage eager's copy_ writes: a channels-last input written in
     # place stays channels-last, and so does what is computed from it (lerp follows it).
-    order = _dense_order(self, symbolic=True)
-    if order is None or order == list(range(self.dim())):
-        return aten.clone.default(expanded, memory_format=torch.contiguous_format)
-    permuted = aten.clone.default(aten.permute.default(expanded, order), memory_format=torch.contiguous_format)
-    return aten.permute.default(permuted, sorted(range(self.dim()), key=order.__getitem__))
+    order = dense_order(self, symbolic=True)
+    return in_dim_order(expanded, list(range(self.dim())) if order is None else order)
 
 
 @decomposes(aten.roll.default)
 def roll(self, shifts, dims=()):
-    """torch's reference roll, laid out as eager's: eager's CPU kernel writes into a tensor of
-    the input's suggested memory format (channels-last stays channels-last), torch's reference
-    (and eager's CUDA kernel) returns a contiguous one. Without dims, eager rolls the flattened
-    tensor: contiguous too."""
+    """torch's reference roll, laid out as eager's: eager's CPU kernel is a `cat` of the two
+    parts of the rolled dim, so it keeps the input's suggested memory format (channels-last stays
+    channels-last), except where a shift is a multiple of its dim's size (one part is empty: cat
+    of differing formats, contiguous; 39000458); several dims roll one after the other. torch's
+    reference (and eager's CUDA kernel) returns a contiguous tensor. Without dims, eager rolls
+    the flattened tensor: contiguous too."""
     rolled = torch._refs.roll(self, shifts, dims)
     memory_format = suggest_memory_format(self)
-    if self.device.type != "cpu" or not dims or memory_format == torch.contiguous_format:
+    if self.device.type != "cpu" or not dims or memory_format == torch.contiguous_format \
+            or any(rolls_nothing(self.shape[d], shift) for shift, d in zip(shifts, dims)):
         return rolled
     return aten.clone.default(rolled, memory_format=memory_format)
 

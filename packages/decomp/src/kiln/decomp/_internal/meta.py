@@ -23,6 +23,9 @@ Written (by decompose(), through make_fx)
     get_attr nodes     keep the original node's meta, plus ``val``.
     output values      a computed (non-view) output whose strides a decomposition changed
                        gets the input graph's output ``val`` (eager's layout, e.g. softmax's).
+    decomposed values  a value an op of the table produced whose node recorded another dense
+                       layout is cloned into that one (layouts.py): the ``val`` of its
+                       node is eager's layout.
     ``original_aten``  may be set by make_fx on nodes emitted by a decomposition.
 """
 

@@ -31,14 +31,16 @@ from torch._subclasses.fake_tensor import (
     FakeTensor,
     FakeTensorMode,
 )
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, free_symbols
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
+from torch.utils._python_dispatch import _pop_mode_temporarily
 
 from .casts import fold_exact_casts
 from .cleanup import eliminate_dead_pure_nodes
 from .dispatch_mode import TableDispatchMode, below_autograd
 from .inplace import functionalize_unobservable_inplace, unobservable_inplace_nodes
+from .layouts import relayout_as_recorded, rolls_nothing
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,7 @@ def _decompose(
     fake_mode, inputs = _fake_inputs(placeholders, example_inputs, own_shape_env)
     attr_targets, attr_values = _lifted_attributes(gm, fake_mode)
     symbolic = fake_mode.shape_env is not None and (own_shape_env or _any_symbolic(inputs))
-    runner = _AttrLiftingInterpreter(gm, attr_targets)
+    runner = _AttrLiftingInterpreter(gm, attr_targets, table)
     mode = TableDispatchMode(table, frozenset(getattr(table, "kept", ())))
 
     def run_under_table(*args: Any) -> Any:
@@ -162,13 +164,14 @@ def _computed_from_differing_layouts(gm: fx.GraphModule) -> set[fx.Node]:
 
 def _eager_layout_value(node: fx.Node) -> Any:
     """The node's recorded value, with the strides eager gives it where the meta kernel's differ
-    (`_EAGER_KEEPS_INPUT_LAYOUT`: those of empty_like(input))."""
+    (`_EAGER_KEEPS_INPUT_LAYOUT`: those of empty_like(input), unless a roll moves nothing)."""
     value = _recorded_value(node)
     if node.target not in _EAGER_KEEPS_INPUT_LAYOUT or not isinstance(value, FakeTensor) \
             or value.device.type != "cpu" or not _roll_dims(node):
         return value
     source = _recorded_value(node.args[0]) if isinstance(node.args[0], fx.Node) else None
-    if not (isinstance(source, FakeTensor) and _exprs(source.shape) == _exprs(value.shape)):
+    if not (isinstance(source, FakeTensor) and _exprs(source.shape) == _exprs(value.shape)) \
+            or any(rolls_nothing(source.shape[d], shift) for shift, d in zip(node.args[1], _roll_dims(node))):
         return value
     with value.fake_mode:
         return torch.empty_like(source, dtype=value.dtype, memory_format=suggest_memory_format(source))
@@ -320,9 +323,11 @@ class _AttrLiftingInterpreter(fx.Interpreter):
     view whose input came out of the retrace laid out so that it cannot be viewed is a reshape.
     """
 
-    def __init__(self, gm: fx.GraphModule, attr_targets: list[str]) -> None:
+    def __init__(self, gm: fx.GraphModule, attr_targets: list[str], table: Mapping[Any, Any]) -> None:
         super().__init__(gm)
         self._attr_targets = attr_targets
+        self._table = table
+        self._recorded_layout_differs = _computed_from_differing_layouts(gm)
         self._attr_values: dict[str, Any] = {}
         self._functional = unobservable_inplace_nodes(gm.graph)
         self._node: fx.Node | None = None
@@ -336,7 +341,7 @@ class _AttrLiftingInterpreter(fx.Interpreter):
         if target in _SCALAR_READS:
             _remember_scalar(self._node, args[0])
         if target not in _VIEWS_BY_SHAPE:
-            return super().call_function(target, args, kwargs)
+            return self._in_eager_layout(target, args, kwargs, super().call_function(target, args, kwargs))
         try:
             return super().call_function(target, args, kwargs)
         except (RuntimeError, ValueError) as error:
@@ -347,6 +352,24 @@ class _AttrLiftingInterpreter(fx.Interpreter):
         # keeps its strides): reshape copies where the view cannot, as eager's reshape does.
         log.debug("decompose: %s of a tensor laid out differently than traced: reshaped", self._node)
         return super().call_function(torch.ops.aten.reshape.default, args, kwargs)
+
+    def _in_eager_layout(self, target: Any, args: Any, kwargs: Any, result: Any) -> Any:
+        """A decomposed op's result in eager's layout (layouts.py): decompositions downstream
+        read its strides (lerp's copy_strided, `*_like`). Eager's layout is the one its node
+        recorded; for a node computed from a value whose recorded layout is not eager's (a
+        channels-last `roll`), the op's meta function run on the retraced inputs, which have
+        eager's layouts (a layer_norm of such a roll is contiguous, as eager's)."""
+        node = self._node
+        if node is None or target not in self._table or getattr(target, "is_view", True) \
+                or target in _EAGER_KEEPS_INPUT_LAYOUT:
+            return result
+        if node not in self._recorded_layout_differs:
+            return relayout_as_recorded(result, _recorded_value(node))
+        # past this mode (no decomposition) and the proxy mode (nothing recorded): the fake
+        # mode's meta function alone
+        with _pop_mode_temporarily(), disable_proxy_modes_tracing():
+            meta = target(*args, **kwargs)
+        return relayout_as_recorded(result, meta)
 
     def run_flat(self, *args: Any) -> Any:
         split = len(args) - len(self._attr_targets)

@@ -54,7 +54,8 @@ class LowerOptions:
         view of that value, computed in its eager layout (`output_views.py`). False stores it on
         its own, contiguous, and an output that views a buffer something else reads is a copy:
         for graphs whose outputs leave through an `autograd.Function` (training), where a view
-        created inside it cannot be modified in place. Either way, an output viewing a kernel's
+        created inside it cannot be modified in place; a view whose elements overlap (an
+        expand's stride 0) stays a view either way (eager modifies none in place). Either way, an output viewing a kernel's
         buffer nothing else reads (one computed in memory order) is no view: a tensor of its own
         over that storage.
     welford: a variance's second pass over its values (the sum of squared deviations from

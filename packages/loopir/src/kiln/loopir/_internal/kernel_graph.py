@@ -26,6 +26,7 @@ from torch.utils._sympy.functions import CeilToInt, FloorToInt, IntTrueDiv
 from .graph_runtime import copied_view, ensure_layout, internal_view, restrided_buffer, strided_view
 from .ir import Kernel
 from .lower import ExternCall, LoweredGraph, LoweringError, step_specs
+from .output_views import overlaps
 from .schedule import FusionDecision, Schedule
 from .sizes import FloorDiv
 from .values import StridedView
@@ -46,7 +47,8 @@ def _unview_outputs(graph: fx.Graph, copy_shared: bool) -> None:
     if not copy_shared:
         return
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    shared = {n for n in output.all_input_nodes if n.target is strided_view and _computed_buffer(n.args[0])}
+    shared = {n for n in output.all_input_nodes if n.target is strided_view and _computed_buffer(n.args[0])
+              and not overlaps(n.args[1], n.args[2])}  # eager writes no overlapping view in place either
     for node in shared:
         with graph.inserting_before(output):
             copy = graph.call_function(copied_view, node.args)

@@ -22,7 +22,7 @@ from torch._prims_common import compute_elementwise_output_strides
 
 from . import philox
 from .ir import BufferSpec, ComputedBuffer, Pointwise, Reduction
-from .output_views import free_symbols, view_base, view_geometry, views_like
+from .output_views import free_symbols, overlaps, view_base, view_geometry, views_like
 from .recompute import recomputed_on_reuse, stored_uses
 from .registry import Lowerings, default_lowerings
 from .sizes import (
@@ -350,8 +350,7 @@ def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
             if round_low_precision and isinstance(env[node], Lazy) and env[node].computed is not None:
                 env[node] = _rounded(env[node])
         elif node.op == "output":
-            known = _input_symbols(inputs) if output_views else None
-            outputs, output_spec = _lower_outputs(ctx, node, env, known)
+            outputs, output_spec = _lower_outputs(ctx, node, env, _input_symbols(inputs), output_views)
         else:
             raise LoweringError(f"loopir lowers ATen call_function graphs; got {node.op} {node_location(node)}")
     return LoweredGraph(tuple(inputs), tuple(ctx.steps), outputs, output_spec)
@@ -510,11 +509,14 @@ def _tensor_vals(val: Any) -> list[torch.Tensor]:
     return []
 
 
-def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any], known: set[sympy.Symbol] | None
-                   ) -> tuple[tuple[Any, ...], Any]:
+def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any], known: set[sympy.Symbol],
+                   output_views: bool) -> tuple[tuple[Any, ...], Any]:
     """(the output's values, flattened; their pytree spec when the output nests, else None).
     Each is laid out as eager lays it out, or, for an output eager returns as a view, is a view
-    (`_output_view`) when `known` (the symbols the inputs give at run time) is given."""
+    (`_output_view`; `known`: the symbols the inputs give at run time). Without `output_views`
+    (outputs leave through an `autograd.Function`, where a view could not be modified in place)
+    only views eager could not modify in place either are views: those whose elements overlap
+    (an expand's stride 0), which no buffer of their own can lay out as eager's."""
     (result,) = node.args
     flat = result if isinstance(result, (tuple, list)) else (result,)
     spec = None
@@ -526,7 +528,7 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any],
         if not isinstance(item, fx.Node):
             outs.append(item)
             continue
-        value = None if known is None else _output_view(ctx, item, env, realized, known)
+        value = _output_view(ctx, item, env, realized, known, overlapping_only=not output_views)
         if value is None:
             value = env[item]
         if isinstance(value, Lazy):
@@ -538,8 +540,8 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any],
     return tuple(outs), spec
 
 
-def _output_view(ctx: LoweringContext, item: fx.Node, env: dict[fx.Node, Any],
-                 realized: dict[fx.Node, StridedView], known: set[sympy.Symbol]) -> StridedView | None:
+def _output_view(ctx: LoweringContext, item: fx.Node, env: dict[fx.Node, Any], realized: dict[fx.Node, StridedView],
+                 known: set[sympy.Symbol], overlapping_only: bool = False) -> StridedView | None:
     """The output `item`, a view whose lowering is an index function (`Lazy`), as eager's view
     of the value or graph input it views (its base); None where it is stored on its own: no such
     view, a layout eager sets otherwise than the fakes say (`correct_layout`), a fake that is no
@@ -555,6 +557,8 @@ def _output_view(ctx: LoweringContext, item: fx.Node, env: dict[fx.Node, Any],
             or view_val.dtype != base_val.dtype or not views_like(view_val, base_val):
         return None
     size, stride, offset = view_geometry(view_val, base_val)
+    if overlapping_only and not overlaps(size, stride):
+        return None
     base_size, base_stride = to_exprs(base_val.shape), to_exprs(base_val.stride())
     if not free_symbols((*size, *stride, offset, *base_size, *base_stride)) <= known:
         return None  # a data-dependent geometry: no input gives it at run time

@@ -78,3 +78,11 @@ def free_symbols(exprs: Iterable[Expr]) -> set[sympy.Symbol]:
     for expr in exprs:
         found |= sympy.sympify(expr).free_symbols
     return found
+
+
+def overlaps(size: Iterable[Any], stride: Iterable[Any]) -> bool:
+    """Whether a view of `size` and `stride` (ints, sympy expressions or FX nodes of symbolic
+    sizes) reads an element twice: a stride of 0 along a dim longer than 1 (an expand). eager
+    refuses in-place ops on such a view (internal overlap)."""
+    return any(isinstance(st, (int, sympy.Integer)) and st == 0 and not (isinstance(n, (int, sympy.Integer)) and n <= 1)
+               for n, st in zip(size, stride))

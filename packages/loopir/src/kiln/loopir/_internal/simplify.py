@@ -143,6 +143,8 @@ def _floordiv(x: Expr, divisor: Expr, ranges: dict[sympy.Symbol, int]) -> Expr:
     if parts is None:
         return FloorDiv(x, divisor)
     high, low = parts
+    if high and not low:  # an exact multiple of d (40000229: recursing on the empty rest never ended)
+        return sympy.expand(sympy.Add(*high) / d)
     if high and _nonnegative(sympy.Add(*low), ranges):
         return sympy.expand(sympy.Add(*high) / d) + _floordiv(sympy.Add(*low), divisor, ranges)
     for c in _candidates(terms, d):

@@ -30,6 +30,13 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(int(base) // int(divisor))
         if base == divisor:
             return sympy.Integer(1)
+        if not divisor.is_Integer:
+            # an exact quotient of products: torch's view meta spells a size `(s0**2)//s0`
+            # (group_norm's decomposition), which must read as the `s0` it equals for layouts
+            # and sizes to compare equal
+            quotient = base / divisor
+            if sympy.fraction(quotient)[1] == 1 and quotient.is_integer:
+                return quotient
         return None
 
 
