@@ -62,8 +62,10 @@ def reduces_contiguous_dim(node: Any, reduced: Sequence[int], rank: int) -> bool
     source = node.args[0] if node.args else None
     fake = source.meta.get("val") if hasattr(source, "meta") else None
     if isinstance(fake, torch.Tensor) and fake.dim() == rank:
+        # Symbolic sizes or strides are skipped, never compared: an unbacked size (a nonzero's
+        # count) cannot be guarded on, and a reduction over symbolic sizes does not split anyway.
         unit = [d for d, (n, st) in enumerate(zip(fake.shape, fake.stride()))
-                if type(st) is int and st == 1 and n != 1]
+                if type(st) is int and st == 1 and type(n) is int and n != 1]
         if unit:
             return unit[-1] in reduced
     return rank - 1 in reduced
