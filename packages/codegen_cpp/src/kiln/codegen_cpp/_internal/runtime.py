@@ -236,8 +236,8 @@ class CompiledKernel:
                         return None
             except AttributeError:  # not a tensor
                 return None
-        if self.fill or torch.are_deterministic_algorithms_enabled():
-            return None  # fill_requested: the general path fills
+        if fill_requested(self.fill):
+            return None  # the general path fills
         outputs = tuple([_EMPTY_STRIDED_CPU(size, stride, dtype) for size, stride, dtype in allocations])
         self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
         return outputs

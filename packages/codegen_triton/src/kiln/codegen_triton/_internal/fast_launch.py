@@ -22,9 +22,7 @@ from typing import Any
 
 import torch
 
-from .static_launch import StaticLaunch
-
-_ALIGNMENT = 16  # bytes: Triton specializes pointers on `data_ptr() % 16 == 0`
+from .static_launch import ALIGNMENT, StaticLaunch
 
 FastLaunch = Callable[[tuple], "tuple[torch.Tensor, ...] | None"]
 
@@ -56,7 +54,7 @@ def fast_launch(plan: Any, static: StaticLaunch, device: int, knobs: Any, curren
         try:
             for tensor, (dtype, size, stride) in zip(inputs, in_meta):
                 if (tensor.dtype is not dtype or tensor.get_device() != device or tensor.stride() != stride
-                        or tensor.shape != size or tensor.data_ptr() % _ALIGNMENT):
+                        or tensor.shape != size or tensor.data_ptr() % ALIGNMENT):
                     return None
         except (AttributeError, TypeError):  # not a tensor: the general path's check names it
             return None

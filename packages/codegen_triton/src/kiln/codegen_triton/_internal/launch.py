@@ -20,11 +20,9 @@ from typing import Any
 import torch
 
 from .fast_launch import FastLaunch, fast_launch
-from .static_launch import StaticLaunch
+from .static_launch import ALIGNMENT, StaticLaunch
 
 log = logging.getLogger(__name__)
-
-_ALIGNMENT = 16  # bytes: Triton specializes pointers on `data_ptr() % 16 == 0`
 
 
 def _runtime() -> tuple[Any, Any, Any] | None:
@@ -74,7 +72,7 @@ class DirectLauncher:
         # (outputs are fresh allocations of torch's caching allocator: always aligned).
         misaligned, bit = 0, 1
         for tensor in inputs:
-            if tensor.data_ptr() % _ALIGNMENT:
+            if tensor.data_ptr() % ALIGNMENT:
                 misaligned |= bit
             bit <<= 1
         key = (device, plan.size_key, misaligned)

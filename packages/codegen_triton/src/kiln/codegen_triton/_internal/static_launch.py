@@ -27,6 +27,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
+ALIGNMENT = 16  # bytes: Triton specializes pointers on `data_ptr() % 16 == 0`
+
 # The launcher's letter for each scalar type of a Triton signature; pointers are "O" (a tensor,
 # or None for a null pointer).
 _TYPE_LETTERS = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "u8": "B", "u16": "H",
