@@ -148,6 +148,43 @@ def test_rows_of_narrow_dtypes_are_read_in_shorter_steps(tmp_path):
     assert kernel._reduction_blocks(1, 10**6) == (1, 8192)  # float32 rows: up to 16384
 
 
+def var_mean(x):
+    """var_mean over the last dim as kiln's decomposition writes it (decomp's `_var_and_mean`,
+    as in test_codegen_triton_welford.py): shifted by the row's first element, a sum, then the
+    squared deviations from the mean."""
+    values = x.float() - x.float()[:, :1]
+    mean = values.mean(-1, keepdim=True)
+    var = ((values - mean) * (values - mean)).sum(-1, keepdim=True) / (x.shape[-1] - 1)
+    return var.squeeze(-1).to(x.dtype), (mean + x.float()[:, :1]).squeeze(-1).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernels_that_reread_rows_hold_whole_rows(dtype, tmp_path):
+    """A variance's two loops over each row (a sum, then the squared deviations from the mean;
+    nothing row-shaped stored): the whole row in one step (up to 16384 elements,
+    whatever the dtype) with one warp per 2 KiB (2 to 8). Kernels that store rows (softmax,
+    norms) and single-loop reductions keep the general rule."""
+    options = TritonOptions(cache_dir=tmp_path)
+    x = torch.randn(5, 12, dtype=dtype)
+    module = compile(lower(make_fx(var_mean)(x), row_temporaries=True), options)  # the backend's lowering for GPUs
+    (held,) = [n.target for n in module.graph.nodes if type(n.target).__name__ == "TritonKernel"]
+    assert held._holds_rows and held.contiguous
+    assert not only_triton_kernel(var_mean, x, options=options)._holds_rows  # its shifted row is stored
+    size = torch.empty((), dtype=dtype).element_size()
+    for rnumel in (1024, 4096, 16384, 10**6):
+        xblock, rblock = held._reduction_blocks(64, rnumel)
+        assert (xblock, rblock) == (1, min(rnumel, 16384))
+        assert held._warps({"XBLOCK": xblock, "RBLOCK": rblock}) == max(2, min(8, rblock * size // 2048))
+    stores_rows = only_triton_kernel(lambda x: x - x.amax(-1, keepdim=True), torch.randn(5, 12, dtype=dtype), options=options)
+    one_loop = only_triton_kernel(lambda x: x.sum(-1), torch.randn(5, 12, dtype=dtype), options=options)
+    for kernel in (stores_rows, one_loop):
+        assert not kernel._holds_rows
+        assert kernel._reduction_blocks(64, 10**6)[1] == (16384 if dtype == torch.float32 else 8192)
+    x = torch.randn(3, 5000) * 3 + 10
+    torch.testing.assert_close(compile(lower(make_fx(var_mean)(x), row_temporaries=True), options)(x), torch.var_mean(x, -1),
+                               rtol=1e-5, atol=1e-4)
+
+
 def test_contiguous_rows_with_default_blocks(tmp_path):
     options = TritonOptions(cache_dir=tmp_path)
     check(lambda x: (x.sum(-1), x.amax(-1), x.sum(0)), (torch.randn(9, 700),), options, rtol=1e-5, atol=1e-4)

@@ -67,6 +67,14 @@ class _Plan:
 # input per warp beat 512 B and 2 KiB across softmax, norms, var_mean and sums at rows of 1024
 # to 16384, float32 and bfloat16; strided reductions did best with twice the warps.
 _TILE_BYTES_PER_WARP = 1024
+# A kernel that holds whole rows (`serialize.rereads_rows`: var_mean's two loops, no row
+# stored): rows up to `float32_contiguous_rblock` elements in one step whatever their dtype, one
+# warp per 2 KiB of the tile, 2 to 8 warps. Measured on an H200 (2^26-element var_mean,
+# `tools/sweep_reduction_blocks.py`, BENCHMARKS.md session 13): bfloat16 16384-wide rows +25%
+# against RBLOCK 8192 with 16 warps, 4096-wide +10%, float32 4096-wide +4%; softmax and norms
+# (which store rows) lost with whole rows held.
+_HELD_ROW_BYTES_PER_WARP = 2048
+_HELD_ROW_MAX_WARPS = 8
 
 # Allocates on the current CUDA device without torch's dispatcher: about half the host time of
 # torch.empty_strided(..., device=...) per output (the allocator Dynamo's own guards use; None
@@ -97,6 +105,7 @@ class TritonKernel:
         self.reduction = signature.reduction
         self.interpreted = type(jit_function).__name__ == "InterpretedFunction"
         self.contiguous = signature.contiguous
+        self._holds_rows = signature.holds_rows
         rnumels = list(signature.reduction_numels)
         self._n_in = len(kernel.inputs)
         self._n_args = self._n_in + len(kernel.symbols)
@@ -282,6 +291,9 @@ class TritonKernel:
         if not (self.reduction or self.tile) or self._scatter_bases:
             return self.options.num_warps
         tile_bytes = blocks["XBLOCK"] * blocks.get("RBLOCK", blocks.get("YBLOCK")) * self._widest_input
+        if self._holds_rows:
+            return max(2, min(_HELD_ROW_MAX_WARPS, self.options.max_reduction_warps,
+                              tile_bytes // _HELD_ROW_BYTES_PER_WARP))
         # A strided reduction's loads are short runs along XBLOCK: it needs more warps in flight.
         per_warp = _TILE_BYTES_PER_WARP if self.contiguous or self.tile else _TILE_BYTES_PER_WARP // 2
         return max(2, min(self.options.max_reduction_warps, tile_bytes // per_warp))
@@ -304,7 +316,7 @@ class TritonKernel:
         if not self.contiguous:
             xblock = _block(xnumel, options.strided_xblock)
             return xblock, _block(rnumel, min(options.rblock, max(1, options.strided_tile // xblock)))
-        wide = self._narrowest_input >= 4
+        wide = self._narrowest_input >= 4 or self._holds_rows
         rblock = _block(rnumel, options.float32_contiguous_rblock if wide else options.contiguous_rblock)
         budget = options.reduction_xblock * options.rblock
         return _block(xnumel, min(options.reduction_xblock, max(1, budget // rblock))), rblock

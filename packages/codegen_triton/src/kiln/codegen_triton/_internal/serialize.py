@@ -29,10 +29,10 @@ from typing import Any
 
 import sympy
 
-from kiln.loopir import BufferSpec, Kernel, Reduction, index_vars
+from kiln.loopir import BufferSpec, Kernel, Reduction, Scan, Scatter, index_vars
 from kiln.loopir.codegen import CheckSite, scatter_bases
 
-from .kernel_source import has_reduction
+from .kernel_source import has_reduction, shared_reduction_loops
 from .options import TritonOptions
 from .scatter_source import serial_only
 from .source_cache import load_module, write_source
@@ -62,6 +62,18 @@ def reads_rows_contiguously(kernel: Kernel) -> bool:
     return True
 
 
+def rereads_rows(kernel: Kernel) -> bool:
+    """Whether the kernel reads its rows in two or more loops (a variance's sum, then its squared
+    deviations from the mean) and stores nothing row-shaped (row temporaries, recomputed where
+    they are loaded, store nothing): the launch then holds a whole row in one step (see
+    `TritonKernel._reduction_blocks`)."""
+    temporaries = {node.name for node in kernel.row_temporaries}
+    if any((kernel.is_row(node) and node.name not in temporaries) or isinstance(node.body, (Scan, Scatter))
+           for node in kernel.nodes):
+        return False
+    return len(shared_reduction_loops(kernel)) >= 2
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class KernelSignature:
     """What running a generated kernel needs of its loopir `Kernel`: its name, buffers and size
@@ -78,6 +90,7 @@ class KernelSignature:
     contiguous: bool  # see `reads_rows_contiguously`
     scatter_bases: tuple[tuple[int, int], ...]  # see `kiln.loopir.codegen.scatter_bases`
     serial: bool  # see `scatter_source.serial_only`
+    holds_rows: bool  # a contiguous reduction kernel that `rereads_rows`
 
     @property
     def numel(self) -> sympy.Expr:
@@ -89,10 +102,11 @@ class KernelSignature:
         if isinstance(kernel, KernelSignature):
             return kernel
         reduction = has_reduction(kernel)
+        contiguous = reduction and reads_rows_contiguously(kernel)
         return KernelSignature(
             kernel.name, tuple(kernel.inputs), tuple(kernel.outputs), tuple(kernel.symbols), tuple(kernel.ranges),
             tuple(_numel(n.reduction_ranges) for n in kernel.nodes if isinstance(n.body, Reduction)), reduction,
-            reduction and reads_rows_contiguously(kernel), scatter_bases(kernel), serial_only(kernel))
+            contiguous, scatter_bases(kernel), serial_only(kernel), contiguous and rereads_rows(kernel))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,0 +1,98 @@
+"""Sweep codegen_triton's contiguous-reduction launch heuristics on a GPU (issue 14).
+
+    PYTHONPATH=$(ls -d $PWD/packages/*/src | tr '\n' ':')$PWD/integration/src \
+        python tools/sweep_reduction_blocks.py [sum var_mean softmax rmsnorm layer_norm] [--out sweep.json]
+
+For each workload (rows of 2^26 elements in all), dtype (bfloat16, float32) and row width (1024,
+4096, 16384), the kernel graph kiln's backend would build for a GPU is compiled with every RBLOCK
+cap (1024 to 16384, at most the row) and every tile size per warp (512 B to 4 KiB, so the warps
+vary), and each launch configuration is timed as bench_gpu_rows.py --graphs times (a CUDA graph
+replay, L2 flushed between calls, median). Prints, per row, the heuristics' own choice and the
+fastest configuration as % of the measured copy bandwidth; `--out` writes every time
+(microseconds) as JSON. This is
+how `_HELD_ROW_BYTES_PER_WARP` in codegen_triton's runtime.py was chosen (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import pathlib
+import tempfile
+
+import torch
+from bench_gpu_rows import bench, copy_bandwidth
+from torch.fx.experimental.proxy_tensor import make_fx
+from workloads import layer_norm_rows, rmsnorm_rows, softmax_rows, var_mean_rows
+
+from kiln.codegen_triton import TritonOptions, compile
+from kiln.codegen_triton._internal import runtime
+from kiln.decomp import loop_level
+from kiln.loopir import lower
+
+WORKLOADS = {"sum": lambda x: x.sum(-1), "var_mean": var_mean_rows, "softmax": softmax_rows,
+             "rmsnorm": rmsnorm_rows, "layer_norm": layer_norm_rows}
+ELEMENTS = 1 << 26
+
+
+def kernel_graph(fn, args):
+    """The lowering kiln's backend runs for a GPU (codegen_triton's capabilities)."""
+    gm = make_fx(fn, decomposition_table=loop_level(bias_epilogues=True))(*args)
+    return lower(gm, row_temporaries=True, recompute_cheap=True, split_reductions=True)
+
+
+def microseconds(graph, args, options: TritonOptions, bytes_per_warp: int) -> float:
+    runtime._TILE_BYTES_PER_WARP = runtime._HELD_ROW_BYTES_PER_WARP = bytes_per_warp
+    try:
+        module = compile(graph, options)
+        module(*args)
+        return 1e6 * bench(lambda: module(*args))
+    finally:
+        runtime._TILE_BYTES_PER_WARP, runtime._HELD_ROW_BYTES_PER_WARP = DEFAULTS
+
+
+def sweep_row(name: str, dtype: torch.dtype, width: int, cache: pathlib.Path) -> dict:
+    x = torch.randn(ELEMENTS // width, width, device="cuda", dtype=dtype)
+    w, b = torch.randn(width, device="cuda", dtype=dtype), torch.randn(width, device="cuda", dtype=dtype)
+    args = {"layer_norm": (x, w, b), "rmsnorm": (x, w)}.get(name, (x,))
+    graph = kernel_graph(WORKLOADS[name], args)
+    heuristic = microseconds(graph, args, TritonOptions(cache_dir=cache, compile_threads=0), DEFAULTS[0])
+    times = {}
+    for rblock, per_warp in itertools.product((1024, 2048, 4096, 8192, 16384), (512, 1024, 2048, 4096)):
+        if rblock <= width:
+            options = TritonOptions(cache_dir=cache, contiguous_rblock=rblock, float32_contiguous_rblock=rblock,
+                                    compile_threads=0)
+            times[f"RBLOCK {rblock}, {per_warp} B/warp"] = round(microseconds(graph, args, options, per_warp), 2)
+    best = min(times, key=times.get)
+    outputs = WORKLOADS[name](*args)
+    moved = sum(t.numel() * t.element_size() for t in (*args, *(outputs if isinstance(outputs, tuple) else (outputs,))))
+    return {"bytes": moved, "workload": name, "dtype": str(dtype).removeprefix("torch."), "width": width,
+            "heuristic_us": round(heuristic, 2), "best": best, "best_us": times[best], "times_us": times}
+
+
+DEFAULTS = (runtime._TILE_BYTES_PER_WARP, runtime._HELD_ROW_BYTES_PER_WARP)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    os.environ["BENCH_GRAPHS"] = "1"
+    cache, rows = pathlib.Path(tempfile.mkdtemp()), []
+    bandwidth = {dtype: copy_bandwidth(dtype) for dtype in (torch.bfloat16, torch.float32)}
+    for name in args.workloads:
+        for dtype, width in itertools.product((torch.bfloat16, torch.float32), (1024, 4096, 16384)):
+            row = sweep_row(name, dtype, width, cache)
+            rows.append(row)
+            percent = {key: 100 * row["bytes"] / (row[key] * 1e-6) / bandwidth[dtype] for key in ("heuristic_us", "best_us")}
+            print(f"{name} {row['dtype']} {width}: heuristic {row['heuristic_us']} us ({percent['heuristic_us']:.1f}% of "
+                  f"copy), best {row['best']} {row['best_us']} us ({percent['best_us']:.1f}%)", flush=True)
+            if args.out:
+                pathlib.Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
