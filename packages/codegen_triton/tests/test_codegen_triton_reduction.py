@@ -256,3 +256,38 @@ def test_split_cummax_cummin_run(op, tmp_path, monkeypatch):
     want = op(x, 0)
     torch.testing.assert_close(values, want.values, rtol=0, atol=0, equal_nan=True)
     assert torch.equal(indices, want.indices)
+
+
+def _load_lines(fn, args, tmp_path):
+    """The `tl.load` lines of the kernels generated for `fn` (the backend's lowering for GPUs)."""
+    compile(lower(make_fx(fn)(*args), row_temporaries=True), TritonOptions(cache_dir=tmp_path))
+    return [line.strip() for path in sorted(tmp_path.rglob("*.py")) for line in path.read_text().splitlines()
+            if "tl.load(" in line]
+
+
+def _softmax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def _norm(x, w):
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) * torch.rsqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5) * w
+
+
+def test_row_loads_carry_eviction_hints(tmp_path):
+    """In loops over rows, a row's last read is `evict_first` (it streams through L2 once),
+    earlier reads of a row a later loop reads again are `evict_last`, and values every row
+    reads (a weight) are `evict_last`; pointwise kernels carry no hint."""
+    x, w = torch.randn(6, 40), torch.randn(40)
+    softmax = _load_lines(_softmax, (x,), tmp_path / "softmax")
+    assert [line.split("eviction_policy=")[1] for line in softmax] == ["'evict_last')"] * (len(softmax) - 1) + [
+        "'evict_first')"]
+    assert all(line.endswith("eviction_policy='evict_first')") for line in
+               _load_lines(lambda x: (x.sum(-1), x.sum(0)), (x,), tmp_path / "sums"))
+    norm = _load_lines(_norm, (x, w), tmp_path / "norm")
+    weight = [line for line in norm if "in_w" in line]
+    rows = [line for line in norm if "in_x" in line]
+    assert weight and all(line.endswith("eviction_policy='evict_last')") for line in weight)
+    assert rows[-1].endswith("'evict_first')") and all(line.endswith("'evict_last')") for line in rows[:-1])
+    assert not any("eviction_policy" in line for line in _load_lines(lambda x: x * 2 + 1, (x,), tmp_path / "pw"))

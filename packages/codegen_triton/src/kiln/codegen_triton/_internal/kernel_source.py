@@ -21,6 +21,7 @@ later loop that loads it computes it again, inline (see `TritonHandler._recomput
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from kiln.loopir import ComputedBuffer, Kernel, Reduction, Scan, Scatter, index_
 from kiln.loopir.codegen import CheckSite, KernelWalker
 
 from . import scatter_source
-from .handler import TritonHandler, tl_dtype
+from .handler import EVICTION_MARK, TritonHandler, tl_dtype
 from .indexing import FlatLoop, IndexWidth, index_width, inner_loop, outer_loop
 from .options import TritonCodegenError
 from .printer import triton_expr
@@ -293,6 +294,7 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
     outside_tile = frozenset(v for d, v in enumerate(ivars) if tile and d not in (tile.y, tile.x))
     handler = TritonHandler(kernel, 2 if reduction or tile else 1, frozenset(ivars) | frozenset(rvars), outside_tile)
     handler.flat_outer = tile is None
+    handler.eviction_hints = reduction and not scatter_source.is_scatter_kernel(kernel)
     walker = KernelWalker(kernel, handler)
     shared = shared_reduction_loops(kernel)
     later = {node.name for nodes in shared.values() for node in nodes[1:]}
@@ -313,8 +315,24 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
     params += ["INDEX_64: tl.constexpr"] if width.bits is None else []
     signature = ", ".join(params)
     lines = ["@triton.jit", f"def {kernel.name}({signature}):"]
-    text = "\n".join(lines + ["    " + line for line in body])
+    text = "\n".join(lines + ["    " + line for line in resolve_eviction(body)])
     return text, LaunchInfo(tuple(handler.checks), width.bounds, tile)
+
+
+def resolve_eviction(body: list[str]) -> list[str]:
+    """Each `EVICTION_MARK` of a load (see `TritonHandler._eviction`) becomes `evict_last` when a
+    later line loads the same buffer again (a later loop re-reads the row: keep it in L2) and
+    `evict_first` when none does (its last read)."""
+    pattern = re.compile(re.escape(EVICTION_MARK).replace(re.escape("{name}"), r"([A-Za-z0-9_]+)"))
+    last_line = {}
+    for number, line in enumerate(body):
+        for name in pattern.findall(line):
+            last_line[name] = number
+
+    def policy(number: int, match: re.Match) -> str:
+        return "evict_first" if last_line[match.group(1)] == number else "evict_last"
+
+    return [pattern.sub(functools.partial(policy, number), line) for number, line in enumerate(body)]
 
 
 def kernel_graph_source(kernels: Sequence[Kernel]) -> tuple[str, dict[str, LaunchInfo]]:
