@@ -275,19 +275,13 @@ def _norm(x, w):
     return (x - mean) * torch.rsqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5) * w
 
 
-def test_row_loads_carry_eviction_hints(tmp_path):
-    """In loops over rows, a row's last read is `evict_first` (it streams through L2 once),
-    earlier reads of a row a later loop reads again are `evict_last`, and values every row
-    reads (a weight) are `evict_last`; pointwise kernels carry no hint."""
+def test_rows_read_once_are_evict_first(tmp_path):
+    """A reduction kernel's only read of a row (a sum over rows or columns) is `evict_first`: it
+    streams through L2 once. Rows that later loops read again (softmax, norms), values every
+    row reads (a weight) and pointwise kernels carry no hint."""
     x, w = torch.randn(6, 40), torch.randn(40)
-    softmax = _load_lines(_softmax, (x,), tmp_path / "softmax")
-    assert [line.split("eviction_policy=")[1] for line in softmax] == ["'evict_last')"] * (len(softmax) - 1) + [
-        "'evict_first')"]
-    assert all(line.endswith("eviction_policy='evict_first')") for line in
-               _load_lines(lambda x: (x.sum(-1), x.sum(0)), (x,), tmp_path / "sums"))
-    norm = _load_lines(_norm, (x, w), tmp_path / "norm")
-    weight = [line for line in norm if "in_w" in line]
-    rows = [line for line in norm if "in_x" in line]
-    assert weight and all(line.endswith("eviction_policy='evict_last')") for line in weight)
-    assert rows[-1].endswith("'evict_first')") and all(line.endswith("'evict_last')") for line in rows[:-1])
-    assert not any("eviction_policy" in line for line in _load_lines(lambda x: x * 2 + 1, (x,), tmp_path / "pw"))
+    sums = _load_lines(lambda x: (x.sum(-1), x.sum(0)), (x,), tmp_path / "sums")
+    assert sums and all(line.endswith(", eviction_policy='evict_first')") for line in sums)
+    for name, fn, args in [("softmax", _softmax, (x,)), ("norm", _norm, (x, w)), ("pointwise", lambda x: x * 2 + 1, (x,))]:
+        lines = _load_lines(fn, args, tmp_path / name)
+        assert lines and not any("eviction" in line for line in lines), name

@@ -38,8 +38,8 @@ from .welford_source import welford_source
 
 log = logging.getLogger(__name__)
 
-# Placeholder of a load's eviction policy until the whole kernel is emitted (`TritonHandler._eviction`).
-EVICTION_MARK = "<eviction of {name}>"
+# Placeholder of a load's eviction hint until the whole kernel is emitted (`TritonHandler._eviction`).
+EVICTION_MARK = "<eviction hint of {name}>"
 
 TL_DTYPES = {
     torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
@@ -227,17 +227,16 @@ class TritonHandler(TextHandler):
         return self.var(f"tl.load({pointer}, {mask}{self._eviction(name, masks)})")
 
     def _eviction(self, name: str, masks: list[str]) -> str:
-        """The L2 eviction hint of a load in a loop over rows of a reduction kernel: a value
-        every row reads (a weight: no outer variable in its index) stays (`evict_last`); a row's
-        own elements are marked with `EVICTION_MARK`, which `kernel_source.resolve_eviction`
-        turns into `evict_last` where a later loop of the kernel reads the buffer again and
-        `evict_first` where none does (the row streams through L2 once). Measured on an H200
-        (bfloat16 sums over rows, BENCHMARKS.md session 13): evict_first reads 7-10% faster."""
-        if not self.eviction_hints or "rmask" not in masks:
+        """A load of a row's elements in a loop over rows of a reduction kernel is marked with
+        `EVICTION_MARK`: `kernel_source.resolve_eviction` makes it `evict_first` where it is the
+        kernel's only read of that buffer (the row streams through L2 once) and drops the mark
+        where a loop reads the buffer again. Measured on an H200 (`tools/bench_gpu_rows.py
+        --graphs`, BENCHMARKS.md session 13): sums over rows and columns read 3-13% faster with
+        evict_first; `evict_last` on the reads a later loop repeats (Inductor's rule) made
+        softmax and long-row var_mean 5-20% slower, so those loads carry no hint."""
+        if not self.eviction_hints or "rmask" not in masks or "xmask" not in masks:
             return ""
-        if "xmask" not in masks:
-            return ", eviction_policy='evict_last'"
-        return f", eviction_policy='{EVICTION_MARK.format(name=name)}'"
+        return EVICTION_MARK.format(name=name)
 
     def _recompute(self, name: str, index: sympy.Expr) -> str:
         """A row temporary's value where the current loop loads it: its node's body, emitted

@@ -20,8 +20,8 @@ later loop that loads it computes it again, inline (see `TritonHandler._recomput
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -320,19 +320,15 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
 
 
 def resolve_eviction(body: list[str]) -> list[str]:
-    """Each `EVICTION_MARK` of a load (see `TritonHandler._eviction`) becomes `evict_last` when a
-    later line loads the same buffer again (a later loop re-reads the row: keep it in L2) and
-    `evict_first` when none does (its last read)."""
+    """Each `EVICTION_MARK` (see `TritonHandler._eviction`) becomes ``eviction_policy=
+    'evict_first'`` where it is the only line that loads its buffer, and nothing elsewhere."""
     pattern = re.compile(re.escape(EVICTION_MARK).replace(re.escape("{name}"), r"([A-Za-z0-9_]+)"))
-    last_line = {}
-    for number, line in enumerate(body):
-        for name in pattern.findall(line):
-            last_line[name] = number
+    lines_loading = collections.Counter(name for line in body for name in set(pattern.findall(line)))
 
-    def policy(number: int, match: re.Match) -> str:
-        return "evict_first" if last_line[match.group(1)] == number else "evict_last"
+    def hint(match: re.Match) -> str:
+        return ", eviction_policy='evict_first'" if lines_loading[match.group(1)] == 1 else ""
 
-    return [pattern.sub(functools.partial(policy, number), line) for number, line in enumerate(body)]
+    return [pattern.sub(hint, line) for line in body]
 
 
 def kernel_graph_source(kernels: Sequence[Kernel]) -> tuple[str, dict[str, LaunchInfo]]:
