@@ -36,9 +36,9 @@ CODEGEN = Codegen(
     # BERT's plain mm faster than its addmm: linears become mm + a bias add in the next kernel.
     # GPUs are memory-bound: cheap values several users read are recomputed, not stored.
     # A long reduction into few outputs (a sum over dim 0) runs in two stages, on enough programs.
-    # The one-pass variance (Welford: a row read once, not twice) is built and tested under Triton's
-    # interpreter and compiled for sm90, but has not yet run on a GPU: off until it has been
-    # checked and measured there (`tools/bench_welford.py`, GPU training gradients).
+    # The one-pass variance (Welford: a row read once, not twice) is correct on an H200 (GPU training
+    # gradients included) but slower than two passes, whose second read hits L1/L2: 0.75-1.07x in 15 of
+    # 18 rows of `tools/bench_welford.py --graphs` (BENCHMARKS.md session 13). Off.
     capabilities=Capabilities(row_fusion=True, row_temporaries=True, bias_epilogues=True, recompute_cheap=True,
                               split_reductions=True, welford=False),
     errors=(TritonCodegenError,), artifacts_key="kiln_triton", source_suffix=".py", check_device=check_device)
