@@ -10,7 +10,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.loopir import FloorDiv, Reduction, Scan, lower, verify
-from kiln.loopir._internal.ir import merged_index
+from kiln.loopir._internal.ir import Welford, merged_index
 from kiln.loopir._internal.sizes import index_vars
 
 
@@ -137,3 +137,13 @@ def test_a_scan_along_the_contiguous_dim_of_a_transposed_value_splits_as_a_row_s
     got, want = kg(x), scan(x)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
     assert got.stride() == want.stride()
+
+
+def test_a_group_norm_with_welford_and_row_temporaries_stays_one_kernel():
+    """The options codegen_triton lowers with, and `welford` (its statistics in one pass): the
+    cut reductions still pair up (same values at the same place), one kernel, eager's values."""
+    args = (_x(4, 32, 8, 8), _x(32, seed=1), _x(32, seed=2))
+    kg = _lowered(_group_norm, *args, welford=True, row_temporaries=True, recompute_cheap=True)
+    assert len(kg.kernels) == 1, str(kg)
+    assert any(isinstance(n.body, Welford) for n in kg.kernels[0].nodes), str(kg)
+    torch.testing.assert_close(kg(*args), _group_norm(*args), rtol=1e-5, atol=1e-5)

@@ -163,11 +163,13 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
         blocker, how, joined = _fusion_blocker(current, step, fuse_rows) if current is not None else \
             (closed_by, "", None)
         if blocker is None:
+            detail = ""
             if joined is not current:  # its row loops were cut to fit `step`
+                detail = f"row loops {list(current.row_ranges)} cut to {list(joined.row_ranges)}"
                 items[next(k for k, item in enumerate(items) if item is current)] = joined
                 current = joined
             current.add(step, how == "row")
-            decisions.append(FusionDecision(step.name, current.name, True, how))
+            decisions.append(FusionDecision(step.name, current.name, True, how, detail))
             continue
         current = _Group(f"kernel{sum(isinstance(i, _Group) for i in items)}", [], {})
         current.add(step)
