@@ -4,7 +4,8 @@
 
 Each workload reads and writes about `--elements` elements (2^26 by default) arranged as rows of
 each width: softmax, layer norm, rmsnorm, var_mean and sum over the last dim, sum over dim 0, a
-transposed add (read transposed, write contiguous), a pointwise chain. For every row: median
+transposed add (read transposed, write contiguous), a pointwise chain, a group norm (8-row
+blocks as channels in 4 groups, per-channel weight and bias). For every row: median
 time of each backend (`triton.testing.do_bench`, L2 flushed between calls), the bytes the
 workload must move (inputs once, outputs once) over that time as a percentage of the measured
 device-to-device copy bandwidth, and kiln/Inductor. kiln runs with ``fallback=False`` and its
@@ -25,7 +26,14 @@ import subprocess
 import sys
 
 import torch
-from workloads import layer_norm_rows, rmsnorm_rows, softmax_rows, sum_first_dim, var_mean_rows
+from workloads import (
+    group_norm_rows,
+    layer_norm_rows,
+    rmsnorm_rows,
+    softmax_rows,
+    sum_first_dim,
+    var_mean_rows,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -44,14 +52,16 @@ def pointwise(x):
 
 def cases(width: int, dtype: torch.dtype, elements: int):
     """(name, fn, args) of every workload at one width and dtype, on the GPU."""
-    rows = max(1, elements // width)
+    rows = max(8, elements // width // 8 * 8)  # group_norm_rows views 8 rows as channels
     x = torch.randn(rows, width, device="cuda", dtype=dtype)
     w, b = torch.randn(width, device="cuda", dtype=dtype), torch.randn(width, device="cuda", dtype=dtype)
     yt = torch.randn(width, rows, device="cuda", dtype=dtype)
+    wc, bc = torch.randn(8, device="cuda", dtype=dtype), torch.randn(8, device="cuda", dtype=dtype)
     return [
         ("softmax", softmax_rows, (x,)), ("layer_norm", layer_norm_rows, (x, w, b)), ("rmsnorm", rmsnorm_rows, (x, w)),
         ("var_mean", var_mean_rows, (x,)), ("sum(-1)", sum_last, (x,)), ("sum(0)", sum_first_dim, (x,)),
         ("transpose+add", transpose_add, (x, yt)), ("pointwise", pointwise, (x,)),
+        ("group_norm", group_norm_rows, (x, wc, bc)),
     ]
 
 

@@ -36,6 +36,16 @@ def layer_norm_rows(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.
     return torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)
 
 
+def group_norm_rows(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Group norm of rows seen as (rows / 8, 8 channels, width) in 4 groups, with a weight and
+    bias per channel: statistics over rows of 2 x width elements, normalization per channel."""
+    return torch.nn.functional.group_norm(x.view(x.shape[0] // 8, 8, -1), 4, w, b).view(x.shape)
+
+
+def group_norm_nchw(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.group_norm(x, 32, w, b)
+
+
 def rmsnorm_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w
 
@@ -86,6 +96,14 @@ def channels_last_workloads(device: str = "cpu") -> list[tuple[str, Callable[...
     ]
 
 
+def group_norm_workload(device: str = "cpu") -> tuple[str, Callable[..., Any], tuple[torch.Tensor, ...]]:
+    """A diffusion UNet's GroupNorm(32, 128) with its affine map, on an NCHW batch."""
+    batch, side = (8, 28) if device == "cpu" else (32, 64)
+    image = torch.randn(batch, 128, side, side, device=device)
+    w, b = torch.randn(128, device=device), torch.randn(128, device=device)
+    return f"group_norm {batch}x128x{side}x{side}", group_norm_nchw, (image, w, b)
+
+
 def workloads(device: str = "cpu") -> list[tuple[str, Callable[..., Any], tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     rows = 2048 if device == "cpu" else 16384
@@ -95,6 +113,7 @@ def workloads(device: str = "cpu") -> list[tuple[str, Callable[..., Any], tuple[
         (f"pointwise {rows}x1024", pointwise_chain, (big,)),
         (f"softmax {rows}x1024", softmax_rows, (big,)),
         (f"sum+amax {rows}x1024", row_stats, (big,)),
+        group_norm_workload(device),
         *channels_last_workloads(device),
     ]
 

@@ -24,7 +24,15 @@ import torch
 from .body import LoopBody, record
 from .ops import WELFORD_STATISTICS, Access, Printer, ReadsWrites
 from .simplify import simplify_index, variable_ranges
-from .sizes import LOW_PRECISION, Expr, contiguous_strides, flat_index, index_vars, same_exprs
+from .sizes import (
+    LOW_PRECISION,
+    Expr,
+    FloorDiv,
+    contiguous_strides,
+    flat_index,
+    index_vars,
+    same_exprs,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -163,6 +171,8 @@ class ComputedBuffer:
         out_index = flat_index(self.body.output_index(index, rindex) if scan else index, self.spec.stride)
         ranges = {**variable_ranges(index, self.ranges), **variable_ranges(rindex, self.reduction_ranges)}
         body_ops = _SimplifyingOps(ops, ranges) if ranges else ops
+        if ranges:  # a row node over cut loop variables stores at their recombined position
+            out_index = simplify_index(out_index, ranges)
         value = self.body.loop_body.replay(body_ops, index, rindex)
         # A value computed in float32 for a bfloat16/float16 buffer is rounded here, once.
         rounds = self.spec.dtype in LOW_PRECISION and self.body.dtype != self.spec.dtype
@@ -246,47 +256,64 @@ def _varying(ranges: Sequence[Expr]) -> list[Expr]:
     return [r for r in ranges if r != 1]
 
 
-def is_row_of(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr]) -> bool:
+def is_row_of(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr], split: bool = True) -> bool:
     """Whether pointwise `node` iterates `ranges` followed by `row_ranges` (size-1 dims aside):
-    one row of a row reduction, e.g. `exp(x - amax(x, -1))` beside the amax over the last dim."""
+    one row of a row reduction, e.g. `exp(x - amax(x, -1))` beside the amax over the last dim.
+    The same elements in the same order with dims merged count too (a `[96, 512, 512]` view of
+    `[8, 12, 512]` x `[512]`), and, with `split`, with loop dims cut (see `merged_index`)."""
     if not isinstance(node.body, Pointwise) or not row_ranges:
         return False
     if same_exprs(_varying(node.ranges), _varying(ranges) + _varying(row_ranges)):
         return True
-    # the same elements with some dims merged (a [96, 512, 512] view of [8, 12, 512] x [512])
-    return _merged_row_index(node, ranges, row_ranges) is not None
+    return _merged_row_index(node, ranges, row_ranges, split) is not None
 
 
-def _merged_row_index(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr]
+def _merged_row_index(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr], split: bool = True
                       ) -> tuple[Expr, ...] | None:
     variables = (*index_vars(len(ranges)), *index_vars(len(row_ranges), "r"))
-    index = merged_index(node.ranges, (*ranges, *row_ranges), variables)
+    index = merged_index(node.ranges, (*ranges, *row_ranges), variables, split=split)
     if index is None or not any(sympy.sympify(e).free_symbols & set(variables[len(ranges):]) for e in index):
         return None
     return index
 
 
 def merged_index(node_ranges: Sequence[Expr], ranges: Sequence[Expr],
-                 variables: Sequence[sympy.Symbol] | None = None) -> tuple[Expr, ...] | None:
+                 variables: Sequence[sympy.Symbol] | None = None, split: bool = False) -> tuple[Expr, ...] | None:
     """When each of `node_ranges` is the product of consecutive `ranges` (constant sizes,
     e.g. a `[512, 1024]` node in a `[4, 128, 1024]` loop nest), the node's index in the loop
-    variables: ``(128*i0 + i1, i2)``; else None. Size-1 dims take no variable."""
-    if not all(sympy.sympify(r).is_Integer for r in [*node_ranges, *ranges]):
+    variables: ``(128*i0 + i1, i2)``; else None. Size-1 dims take no variable.
+
+    With `split`, a loop dim may also be cut into digits shared by consecutive node dims, as
+    long as both walk the same elements in the same order: a group norm's `[8, 32, 16, 16]`
+    output over its statistics' loops `[8, 4]` x `[2048]` is
+    ``(i0, 8*i1 + r0//256, Mod(r0//16, 16), Mod(r0, 16))``.
+    """
+    if not all(sympy.sympify(r).is_Integer and int(r) > 0 for r in [*node_ranges, *ranges]):
         return None
     ivars = tuple(variables) if variables is not None else index_vars(len(ranges))
+    loops = [(ivars[k], int(size)) for k, size in enumerate(ranges) if int(size) != 1]
     index: list[Expr] = []
-    position = 0
+    position, left = 0, loops[0][1] if loops else 1  # `left`: the extent of loop `position` not taken yet
     for extent in map(int, node_ranges):
         term, product = sympy.Integer(0), 1
-        while product < extent and position < len(ranges):
-            size = int(ranges[position])
-            if size != 1:
-                term, product = term * size + ivars[position], product * size
-            position += 1
+        while product < extent and position < len(loops):
+            var, size = loops[position]
+            take = left
+            if product * left > extent:
+                take = extent // product
+                if not split or extent % product or left % take:
+                    return None
+            below = left // take  # the extent of the digits of `var` after this one
+            digit = var if below == 1 else FloorDiv(var, below)
+            digit = digit if left == size else sympy.Mod(digit, take)
+            term, product, left = term * take + digit, product * take, below
+            if left == 1:
+                position += 1
+                left = loops[position][1] if position < len(loops) else 1
         if product != extent:
             return None
         index.append(sympy.expand(term))
-    if any(int(r) != 1 for r in ranges[position:]):
+    if position < len(loops):
         return None
     return tuple(index)
 

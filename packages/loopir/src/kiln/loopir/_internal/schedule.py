@@ -27,6 +27,7 @@ from .ir import (
 )
 from .lower import ExternCall, LoweredGraph, step_names, step_specs
 from .ops import ReadsWrites
+from .row_cuts import cut_row_ranges, recut_reduction
 from .sizes import free_size_symbols, same_exprs
 from .values import StridedView
 
@@ -64,24 +65,48 @@ class _Group:
             self.rows.add(node.name)
 
 
-def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool) -> tuple[tuple[str, str] | None, str]:
-    """Why `node` cannot join `group` ((kind, detail), or None when it can), and how it joins
-    ("same_ranges", "merged_dims" or "row")."""
+def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool
+                    ) -> tuple[tuple[str, str] | None, str, _Group]:
+    """Why `node` cannot join `group` ((kind, detail), or None when it can), how it joins
+    ("same_ranges", "merged_dims" or "row"), and the group it joins: `group`, or a copy whose
+    row loops are cut to fit it (`row_cuts.py`: a group norm's normalization)."""
     how = "same_ranges"
     if isinstance(node.body, Scan) or any(isinstance(m.body, Scan) for m in group.members):
-        return ("scan", ""), how
+        return ("scan", ""), how, group
     if not same_exprs(group.ranges, node.ranges):
-        if fuse_rows and is_row_of(node, group.ranges, group.row_ranges):
+        if fuse_rows and is_row_of(node, group.ranges, group.row_ranges, split=False):
             how = "row"
         elif isinstance(node.body, Pointwise) and merged_index(node.ranges, group.ranges) is not None:
             how = "merged_dims"
+        elif fuse_rows and (recut := _recut_rows(group, node)) is not None:
+            how, group = "row", recut
         else:
-            return ("ranges_differ", f"{list(node.ranges)} against {list(group.ranges)}"), how
+            return ("ranges_differ", f"{list(node.ranges)} against {list(group.ranges)}"), how, group
     for access in group.accesses(node).reads:
         stored = group.stored.get(access.buffer)
         if stored is not None and sympy.expand(access.index - stored) != 0:
-            return ("reads_elsewhere", f"{access.buffer} at {access.index}, stored at {stored}"), how
-    return None, how
+            return ("reads_elsewhere", f"{access.buffer} at {access.index}, stored at {stored}"), how, group
+    return None, how, group
+
+
+def _recut_rows(group: _Group, node: ComputedBuffer) -> _Group | None:
+    """`group` with its row loops cut so that `node`, the same elements as its outer x row
+    loops in the same order, runs as a row node without dividing a row variable (see
+    `row_cuts.py`); None when that is not so, or a reduction of `group` runs over other rows."""
+    rows = cut_row_ranges(node, group.ranges, group.row_ranges)
+    if rows is None:
+        return None
+    members = []
+    for member in group.members:
+        if isinstance(member.body, Reduction):
+            member = recut_reduction(member, rows) if same_exprs(member.reduction_ranges, group.row_ranges) else None
+            if member is None:
+                return None
+        members.append(member)
+    recut = _Group(group.name, [], {}, set(group.rows))
+    for member in members:
+        recut.add(member)
+    return recut
 
 
 def _as_row_prologue(group: _Group, step: ComputedBuffer) -> _Group | None:
@@ -94,7 +119,7 @@ def _as_row_prologue(group: _Group, step: ComputedBuffer) -> _Group | None:
         return None
     if group.members and same_exprs(group.ranges, step.ranges):
         return None  # plain fusion: same outer ranges
-    if not all(is_row_of(m, step.ranges, step.reduction_ranges) for m in group.members):
+    if not all(is_row_of(m, step.ranges, step.reduction_ranges, split=False) for m in group.members):
         return None
     candidate = _Group(group.name, [*group.members, step], {}, {m.name for m in group.members})
     for member in candidate.members:
@@ -135,10 +160,16 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
             current = prologue
             decisions.append(FusionDecision(step.name, current.name, True, "row_prologue"))
             continue
-        blocker, how = _fusion_blocker(current, step, fuse_rows) if current is not None else (closed_by, "")
+        blocker, how, joined = _fusion_blocker(current, step, fuse_rows) if current is not None else \
+            (closed_by, "", None)
         if blocker is None:
+            detail = ""
+            if joined is not current:  # its row loops were cut to fit `step`
+                detail = f"row loops {list(current.row_ranges)} cut to {list(joined.row_ranges)}"
+                items[next(k for k, item in enumerate(items) if item is current)] = joined
+                current = joined
             current.add(step, how == "row")
-            decisions.append(FusionDecision(step.name, current.name, True, how))
+            decisions.append(FusionDecision(step.name, current.name, True, how, detail))
             continue
         current = _Group(f"kernel{sum(isinstance(i, _Group) for i in items)}", [], {})
         current.add(step)

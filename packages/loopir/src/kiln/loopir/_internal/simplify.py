@@ -49,19 +49,35 @@ def variable_ranges(index: Sequence[Expr], ranges: Sequence[Expr]) -> dict[sympy
 
 
 def _mixed_radix(entry: Expr, extent: int) -> dict[sympy.Symbol, int]:
+    """The bounds of the variables of `entry` < `extent`, a sum of digits (a variable, or the
+    top digit of one cut into several, `FloorDiv(r0, 256)`: `r0 < 256 * its bound`; a lower
+    digit `Mod(r0, 16)` bounds nothing) each weighted by the product of the digits' extents below."""
     digits = []
     for term in sympy.Add.make_args(entry):
-        coefficient, var = term.as_coeff_Mul()
-        if not (coefficient.is_Integer and int(coefficient) > 0 and isinstance(var, sympy.Symbol)):
+        coefficient, digit = term.as_coeff_Mul()
+        if not (coefficient.is_Integer and int(coefficient) > 0 and _is_digit(digit)):
             return {}
-        digits.append((int(coefficient), var))
+        digits.append((int(coefficient), digit))
     digits.sort(key=lambda d: d[0])
     found = {}
-    for (weight, var), (next_weight, _) in zip(digits, [*digits[1:], (extent, None)]):
+    for (weight, digit), (next_weight, _) in zip(digits, [*digits[1:], (extent, None)]):
         if next_weight % weight:
             return {}
-        found[var] = next_weight // weight
+        if isinstance(digit, sympy.Symbol):
+            found[digit] = next_weight // weight
+        elif isinstance(digit, FloorDiv):
+            found[digit.args[0]] = int(digit.args[1]) * (next_weight // weight)
     return found if digits and digits[0][0] == 1 else {}
+
+
+def _is_digit(expr: Expr) -> bool:
+    """A variable, `FloorDiv(var, d)`, or a lower digit `Mod(var, m)` / `Mod(FloorDiv(var, d), m)`
+    (constant `d`, `m`), as `ir.merged_index` cuts loop variables."""
+    if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer:
+        expr = expr.args[0]
+    if isinstance(expr, FloorDiv) and expr.args[1].is_Integer:
+        expr = expr.args[0]
+    return isinstance(expr, sympy.Symbol)
 
 
 def simplify_index(expr: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
