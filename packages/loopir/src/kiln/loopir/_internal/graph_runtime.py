@@ -75,3 +75,15 @@ def restrided_buffer(tensor: torch.Tensor, size: list[int], stride: list[int], o
 def copied_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
     """`strided_view`'s elements copied into a tensor of their own, in the same dim order."""
     return strided_view(tensor, size, stride, offset).clone()
+
+
+def stored_input(tensor: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+    """`tensor`, a graph input a kernel stored its new value into (`Kernel.stored_inputs`),
+    once that kernel ran: `written` is the kernel's output, `tensor` itself when the runtime
+    passed it as the output's storage. A copy of it (`ensure_layout` copied an input of another
+    layout, or a runtime that allocates its outputs) is copied back into `tensor`. Its version
+    counter moves as an in-place op's does (autograd's checks of saved tensors)."""
+    if written is not tensor:
+        return tensor.copy_(written)
+    torch.autograd.graph.increment_version(tensor)
+    return tensor
