@@ -14,11 +14,13 @@ from kiln.autograd_trace._internal.errors import TraceError, VerifyError
 
 __all__ = [
     "AotCompiled",
+    "INPUT_MUTATIONS",
     "JointGraph",
     "Partition",
     "RuntimePlan",
     "TraceError",
     "VerifyError",
+    "WRITTEN_ATTRIBUTE",
     "aot_compile",
     "partition_joint",
     "trace_inference",
@@ -33,6 +35,7 @@ _ON_FIRST_USE = {
     "trace_inference": "._internal.inference", "JointGraph": "._internal.joint", "trace_joint": "._internal.joint",
     "Partition": "._internal.partitioner", "partition_joint": "._internal.partitioner",
     "RuntimePlan": "._internal.plan", "AotCompiled": "._internal.runtime", "aot_compile": "._internal.runtime",
+    "INPUT_MUTATIONS": "._internal.runtime", "WRITTEN_ATTRIBUTE": "._internal.runtime",
     "verify": "._internal.verify",
 }
 

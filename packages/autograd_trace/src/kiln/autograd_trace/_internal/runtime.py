@@ -9,7 +9,8 @@ One call of the compiled function:
    reached only through them get None gradients, as in eager). Otherwise a forward-only graph
    runs and nothing is saved;
 3. the new values of mutated inputs are copied into the real inputs (under autograd, so a
-   mutated input that requires grad gets the right history);
+   mutated input that requires grad gets the right history), except those the compiled graph
+   wrote itself (see ``INPUT_MUTATIONS``);
 4. outputs that are inputs or views of inputs are rebuilt from the real inputs
    (``as_strided``), so they are real views, and the user's output structure is restored.
 """
@@ -36,6 +37,15 @@ from .symbols import bind_symbols, evaluate, has_symbols
 log = logging.getLogger(__name__)
 
 Compiler = Callable[[torch.fx.GraphModule, list[object]], Callable[..., Sequence[object]]]
+
+# The forward graphs' ``gm.meta`` key offering their compiler the input mutations it may apply
+# itself: ``((output position, input position), ...)``, each output the new value of that input,
+# for inputs that do not require grad and that no other output aliases (nothing saved for the
+# backward sees the input change early). A compiler that writes some of them into the inputs
+# itself (as Inductor's ``keep_input_mutations``) returns a callable whose ``inputs_written``
+# lists those output positions; the runtime then copies nothing for them.
+INPUT_MUTATIONS = "input_mutations"
+WRITTEN_ATTRIBUTE = "inputs_written"
 Partitioner = str | Callable[[JointGraph], Partition]
 
 
@@ -93,10 +103,10 @@ class AotCompiled(torch.nn.Module):
         self._runtime = _Runtime(
             fn,
             self.plan,
-            forward=_compile(fw_compiler, partition.fw_gm, "forward"),
+            forward=_compile(fw_compiler, _offer_mutations(partition.fw_gm, self.plan), "forward"),
             compile_backward=lambda: _compile(bw_compiler, partition.bw_gm, "backward"),
             compile_inference=lambda: _compile(
-                fw_compiler, build_inference_graph(joint), "forward-only"
+                fw_compiler, _offer_mutations(build_inference_graph(joint), self.plan), "forward-only"
             ),
             backward_graph=partition.bw_gm,
             lifted_values=[entry.value for entry in joint.lifted],
@@ -159,6 +169,10 @@ class _ForwardOutputsOnly:
     def __call__(self, *args: object) -> Sequence[object]:
         return tuple(self.forward(*args))[: self.num_outputs]
 
+    @property
+    def inputs_written(self) -> tuple[int, ...]:
+        return tuple(getattr(self.forward, WRITTEN_ATTRIBUTE, ()))
+
 
 class _Runtime:
     def __init__(
@@ -183,6 +197,11 @@ class _Runtime:
         self.function = _make_function(self)
 
     @functools.cached_property
+    def forward_written(self) -> frozenset[int]:
+        """Positions of mutated inputs' new values the compiled forward wrote into the inputs."""
+        return frozenset(getattr(self.forward, WRITTEN_ATTRIBUTE, ()))
+
+    @functools.cached_property
     def backward(self) -> Callable[..., Sequence[object]]:
         return self._compile_backward()
 
@@ -201,9 +220,11 @@ class _Runtime:
         self._check_inputs(flat)
         if self._needs_autograd(flat):
             forward_values = self.function.apply(*flat)
+            written = self.forward_written
         else:
             forward_values = tuple(self.inference(*flat))
-        self._apply_mutations(flat, forward_values)
+            written = frozenset(getattr(self.inference, WRITTEN_ATTRIBUTE, ()))
+        self._apply_mutations(flat, forward_values, written)
         outputs = self._user_outputs(flat, forward_values)
         return pytree.tree_unflatten(outputs, plan.out_spec)
 
@@ -240,10 +261,11 @@ class _Runtime:
                 needs = True
         return needs
 
-    def _apply_mutations(self, flat: Sequence[object], forward_values: Sequence[object]) -> None:
+    def _apply_mutations(self, flat: Sequence[object], forward_values: Sequence[object],
+                         written: frozenset[int]) -> None:
         for k, i in enumerate(self.plan.mutated_inputs):
             real, new = flat[i], forward_values[k]
-            if real is new:
+            if real is new or k in written:
                 continue
             if real.is_leaf and real.requires_grad:
                 # Eager only allows this under no_grad (e.g. an EMA update in forward).
@@ -285,6 +307,35 @@ class _Runtime:
             else:
                 raise AssertionError(f"unknown output source {info.source!r}")
         return outputs
+
+
+def _offer_mutations(gm: torch.fx.GraphModule, plan: RuntimePlan) -> torch.fx.GraphModule:
+    """``gm`` (a forward: the mutated inputs' new values first) with ``meta[INPUT_MUTATIONS]``:
+    the mutations its compiler may write itself (see ``INPUT_MUTATIONS``)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    outputs = list(gm.graph.output_node().args[0])
+    offered = []
+    for k, i in enumerate(plan.mutated_inputs):
+        if plan.inputs[i].requires_grad or not _only_output_reads(outputs, k, placeholders[i]):
+            continue
+        offered.append((k, i))
+    gm.meta[INPUT_MUTATIONS] = tuple(offered)
+    return gm
+
+
+def _only_output_reads(outputs: Sequence[object], position: int, placeholder: torch.fx.Node) -> bool:
+    """Whether no output but the one at ``position`` is ``placeholder`` or may alias it."""
+    value = placeholder.meta.get(VAL)
+    if not isinstance(value, torch.Tensor):
+        return False
+    for k, out in enumerate(outputs):
+        if k == position or not isinstance(out, torch.fx.Node):
+            continue
+        other = out.meta.get(VAL)
+        if out is placeholder or other is None or (
+                isinstance(other, torch.Tensor) and torch._C._is_alias_of(other, value)):
+            return False
+    return True
 
 
 def _compile(
