@@ -29,7 +29,13 @@ from ._internal.shared.handler import TextHandler
 from ._internal.shared.host import SizeFunction, compile_size, evaluate_size
 from ._internal.shared.option_types import check_option_types
 from ._internal.shared.signs import known_nonnegative
-from ._internal.shared.walker import KernelWalker, ReductionParts, input_stores, node_summary, scatter_bases
+from ._internal.shared.walker import (
+    KernelWalker,
+    ReductionParts,
+    input_stores,
+    node_summary,
+    scatter_bases,
+)
 
 __all__ = [
     "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",

@@ -212,10 +212,10 @@ class CompiledKernel:
         n_out = len(self.kernel.outputs)
         outputs = tuple(_EMPTY_STRIDED_CPU(size, stride, spec.dtype)
                         for size, stride, spec in zip(layouts[:n_out], layouts[n_out:], self.kernel.outputs))
-        if self._input_stores:
-            outputs = self._stored_into_inputs(outputs, inputs)
         if fill_requested(self.fill):
             fill_uninitialized(outputs)
+        if self._input_stores:  # after the fill: the kernel reads these inputs' old values
+            outputs = self._stored_into_inputs(outputs, inputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
             outputs[out_pos].copy_(inputs[in_pos])
         pointers = [t.data_ptr() for t in inputs] + [t.data_ptr() for t in outputs]

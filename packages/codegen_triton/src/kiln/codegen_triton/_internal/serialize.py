@@ -30,7 +30,7 @@ from typing import Any
 import sympy
 
 from kiln.loopir import BufferSpec, Kernel, Reduction, index_vars
-from kiln.loopir.codegen import CheckSite, scatter_bases
+from kiln.loopir.codegen import CheckSite, input_stores, scatter_bases
 
 from .kernel_source import has_reduction
 from .options import TritonOptions
@@ -78,6 +78,7 @@ class KernelSignature:
     contiguous: bool  # see `reads_rows_contiguously`
     scatter_bases: tuple[tuple[int, int], ...]  # see `kiln.loopir.codegen.scatter_bases`
     serial: bool  # see `scatter_source.serial_only`
+    input_stores: tuple[tuple[int, int], ...] = ()  # see `kiln.loopir.codegen.input_stores`
 
     @property
     def numel(self) -> sympy.Expr:
@@ -92,7 +93,8 @@ class KernelSignature:
         return KernelSignature(
             kernel.name, tuple(kernel.inputs), tuple(kernel.outputs), tuple(kernel.symbols), tuple(kernel.ranges),
             tuple(_numel(n.reduction_ranges) for n in kernel.nodes if isinstance(n.body, Reduction)), reduction,
-            reduction and reads_rows_contiguously(kernel), scatter_bases(kernel), serial_only(kernel))
+            reduction and reads_rows_contiguously(kernel), scatter_bases(kernel), serial_only(kernel),
+            input_stores(kernel))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
