@@ -195,11 +195,21 @@ class _Runtime:
         # made now, not on first use: Dynamo traces the backward that reads it (compiled autograd)
         self.traceable_backward = _views_as_reshapes(backward_graph)
         self.function = _make_function(self)
+        # what `_check_inputs` compares on every call: (position, dtype, shape or None if symbolic)
+        self._traced_inputs = tuple(
+            (i, traced.dtype, None if has_symbols(traced.shape) else torch.Size(traced.shape))
+            for i, traced in enumerate(plan.primal_layouts) if isinstance(traced, TensorLayout))
 
     @functools.cached_property
     def forward_written(self) -> frozenset[int]:
         """Positions of mutated inputs' new values the compiled forward wrote into the inputs."""
         return frozenset(getattr(self.forward, WRITTEN_ATTRIBUTE, ()))
+
+    @functools.cached_property
+    def copied_after_forward(self) -> tuple[int, ...]:
+        """The mutated inputs (primal positions) the runtime copies into after the forward: the
+        ones whose old value a saved tensor sharing their memory must keep (`_unshare_mutated`)."""
+        return tuple(i for k, i in enumerate(self.plan.mutated_inputs) if k not in self.forward_written)
 
     @functools.cached_property
     def backward(self) -> Callable[..., Sequence[object]]:
@@ -234,12 +244,13 @@ class _Runtime:
         return [fetch_attr(self.fn, name) for name in self.plan.lifted_names]
 
     def _check_inputs(self, flat: Sequence[object]) -> None:
-        for value, traced, info in zip(flat, self.plan.primal_layouts, self.plan.inputs, strict=True):
-            if not isinstance(traced, TensorLayout) or not isinstance(value, torch.Tensor):
+        if len(flat) != len(self.plan.primal_layouts):
+            raise AssertionError(f"expected {len(self.plan.primal_layouts)} inputs, got {len(flat)}")
+        for i, dtype, shape in self._traced_inputs:
+            value = flat[i]
+            if not isinstance(value, torch.Tensor) or (value.dtype == dtype and (shape is None or value.shape == shape)):
                 continue
-            same_shape = has_symbols(traced.shape) or tuple(traced.shape) == tuple(value.shape)
-            if same_shape and traced.dtype == value.dtype:
-                continue
+            info, traced = self.plan.inputs[i], self.plan.primal_layouts[i]
             raise RuntimeError(
                 f"kiln.autograd_trace: input {info.name!r} is {value.dtype}{list(value.shape)} but "
                 f"was traced as {traced.dtype}{list(traced.shape)}; call aot_compile again for "
@@ -362,10 +373,10 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
         def forward(ctx, *flat):
             results = tuple(runtime.forward(*flat))
             outputs = results[:num_forward]
-            saved = [
-                _unshare_mutated(t, flat, plan.mutated_inputs)
-                for t in results[num_forward : num_forward + num_saved]
-            ]
+            copied = runtime.copied_after_forward
+            saved = results[num_forward : num_forward + num_saved]
+            if copied:
+                saved = [_unshare_mutated(t, flat, copied) for t in saved]
             ctx.save_for_backward(*saved)
             ctx.kiln_sizes = results[num_forward + num_saved :]
             # Outputs the loss never reached get None, not zeros: the inputs only they lead to

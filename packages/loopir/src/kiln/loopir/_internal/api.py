@@ -15,6 +15,7 @@ from .registry import Lowerings
 from .schedule import schedule
 from .verify import verify
 from .welford import welford_schedule
+from .wrapper_passes import fewer_calls
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     plan, stored = plan_input_stores(lowered, plan, options.input_writes)
     kg = build_kernel_graph(gm, lowered, plan, copy_shared_views=not options.output_views)
     return_stored_inputs(kg.gm, stored)
+    fewer_calls(kg.gm)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),
               len(kg.kernels), len(kg.externs))
     return kg

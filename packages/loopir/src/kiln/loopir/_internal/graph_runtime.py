@@ -42,6 +42,16 @@ def ensure_layout(tensor: torch.Tensor, stride: list[int]) -> torch.Tensor:
     return copy.expand(tensor.shape) if broadcast else copy
 
 
+def ensure_layouts(tensors: tuple[torch.Tensor, ...], strides: tuple[tuple[int, ...], ...]
+                   ) -> tuple[torch.Tensor, ...]:
+    """`ensure_layout` of each of `tensors` (a graph's inputs of known strides), in one call:
+    `tensors` itself when every one has its strides (one comparison each)."""
+    for tensor, stride in zip(tensors, strides):
+        if tensor.stride() != stride:
+            return tuple(ensure_layout(t, list(s)) for t, s in zip(tensors, strides))
+    return tensors
+
+
 def strided_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
     """`tensor` seen with new sizes/strides; `offset` counts from tensor's first element."""
     return tensor.as_strided(size, stride, tensor.storage_offset() + offset)
@@ -55,8 +65,9 @@ _REINTERPRET = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", Non
 
 
 def internal_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
-    """`strided_view` for a view only the graph reads (never returned)."""
-    if tensor.requires_grad:
+    """`strided_view` for a view only the graph reads (never returned). A view autograd records
+    (a tensor requiring grad, in grad mode: an extern's result then has a history) is torch's."""
+    if tensor.requires_grad and torch.is_grad_enabled():
         return strided_view(tensor, size, stride, offset)
     return _REINTERPRET(tensor, size, stride, offset)
 
