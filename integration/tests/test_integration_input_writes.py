@@ -25,21 +25,21 @@ class CountCopies(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-STORED_COPIES = [0]  # copies `stored_input` made back into an input (see `count_stored_copies`)
+STORED_COPIES = [0]  # copies `stored_inputs` made back into an input (see `count_stored_copies`)
 
 
 @pytest.fixture(autouse=True)
 def count_stored_copies(monkeypatch):
-    """Counts the calls of `stored_input` that copied (its kernel did not write the input)."""
+    """Counts the inputs `stored_inputs` copied into (their kernel did not write them)."""
     STORED_COPIES[0] = 0
-    original = graph_runtime.stored_input
+    original = graph_runtime.stored_inputs
 
-    def counted(tensor, written):
-        STORED_COPIES[0] += written is not tensor
-        return original(tensor, written)
+    def counted(tensors, written):
+        STORED_COPIES[0] += sum(value is not tensor for tensor, value in zip(tensors, written))
+        return original(tensors, written)
 
-    monkeypatch.setattr(graph_runtime, "stored_input", counted)
-    monkeypatch.setattr(input_stores, "stored_input", counted)
+    monkeypatch.setattr(graph_runtime, "stored_inputs", counted)
+    monkeypatch.setattr(input_stores, "stored_inputs", counted)
 
 
 class CountingModule(torch.nn.Module):

@@ -35,7 +35,7 @@ _ON_FIRST_USE = {
     "trace_inference": "._internal.inference", "JointGraph": "._internal.joint", "trace_joint": "._internal.joint",
     "Partition": "._internal.partitioner", "partition_joint": "._internal.partitioner",
     "RuntimePlan": "._internal.plan", "AotCompiled": "._internal.runtime", "aot_compile": "._internal.runtime",
-    "INPUT_MUTATIONS": "._internal.runtime", "WRITTEN_ATTRIBUTE": "._internal.runtime",
+    "INPUT_MUTATIONS": "._internal.meta", "WRITTEN_ATTRIBUTE": "._internal.meta",
     "verify": "._internal.verify",
 }
 

@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 from .analysis import FROM_FORWARD, FROM_INPUT, FROM_INPUT_VIEW, FROM_OUTPUT
 from .joint import Decompositions, JointGraph, trace_joint
 from .lifting import fetch_attr
-from .meta import VAL
+from .meta import INPUT_MUTATIONS, VAL, WRITTEN_ATTRIBUTE
 from .partitioner import Partition, build_inference_graph, partition_joint
 from .plan import RuntimePlan, TensorLayout, runtime_plan
 from .symbols import bind_symbols, evaluate, has_symbols
@@ -38,14 +38,12 @@ log = logging.getLogger(__name__)
 
 Compiler = Callable[[torch.fx.GraphModule, list[object]], Callable[..., Sequence[object]]]
 
-# The forward graphs' ``gm.meta`` key offering their compiler the input mutations it may apply
-# itself: ``((output position, input position), ...)``, each output the new value of that input,
-# for inputs that do not require grad and that no other output aliases (nothing saved for the
-# backward sees the input change early). A compiler that writes some of them into the inputs
-# itself (as Inductor's ``keep_input_mutations``) returns a callable whose ``inputs_written``
-# lists those output positions; the runtime then copies nothing for them.
-INPUT_MUTATIONS = "input_mutations"
-WRITTEN_ATTRIBUTE = "inputs_written"
+# ``gm.meta[INPUT_MUTATIONS]`` of a forward graph offers its compiler the input mutations it may
+# apply itself: ``((output position, input position), ...)``, each output the new value of that
+# input, for inputs that do not require grad and that no other output aliases (nothing saved for
+# the backward sees the input change early). A compiler that writes some of them into the inputs
+# itself (as Inductor's ``keep_input_mutations``) returns a callable whose ``WRITTEN_ATTRIBUTE``
+# (``inputs_written``) lists those output positions; the runtime then copies nothing for them.
 Partitioner = str | Callable[[JointGraph], Partition]
 
 

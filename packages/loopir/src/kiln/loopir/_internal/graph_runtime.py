@@ -88,13 +88,21 @@ def copied_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset
     return strided_view(tensor, size, stride, offset).clone()
 
 
-def stored_input(tensor: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
-    """`tensor`, a graph input a kernel stored its new value into (`Kernel.stored_inputs`),
-    once that kernel ran: `written` is the kernel's output, `tensor` itself when the runtime
-    passed it as the output's storage. A copy of it (`ensure_layout` copied an input of another
-    layout, or a runtime that allocates its outputs) is copied back into `tensor`. Its version
-    counter moves as an in-place op's does (autograd's checks of saved tensors)."""
-    if written is not tensor:
-        return tensor.copy_(written)
-    torch.autograd.graph.increment_version(tensor)
-    return tensor
+def stored_inputs(tensors: tuple[torch.Tensor, ...], written: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """`tensors`, graph inputs kernels stored their new values into (`Kernel.stored_inputs`),
+    once those kernels ran: `written` holds the kernels' outputs, each its input itself when the
+    runtime passed it as the output's storage. A copy (`ensure_layout` copied an input of another
+    layout, or a runtime that allocates its outputs) is copied back into its input. Version
+    counters move as an in-place op's do (autograd's checks of saved tensors)."""
+    stored = []
+    for tensor, value in zip(tensors, written):
+        if value is tensor:
+            stored.append(tensor)
+        else:
+            tensor.copy_(value)
+    if stored:
+        _INCREMENT_VERSION(stored)
+    return tensors
+
+
+_INCREMENT_VERSION = torch._C._increment_version  # what torch.autograd.graph.increment_version calls

@@ -6,7 +6,7 @@ running statistics, `x.add_(1)`: functionalization's trailing ``copy_`` write-ba
 as Inductor does: one kernel store instead of a store and a copy (on a GPU, a launch fewer).
 The kernel then lists ``(output, input)`` in `Kernel.stored_inputs`, its runtime passes the
 input tensor as that output's storage, and the kernel graph returns the input itself at that
-output's position (`graph_runtime.stored_input`, which copies back where a runtime or a layout
+output's position (`graph_runtime.stored_inputs`, which copies back where a runtime or a layout
 copy did not write the input itself). `stored_positions(kg)` tells the caller which writes were
 made, so it drops their copies; the others stay the caller's copies, as before.
 
@@ -23,12 +23,13 @@ A write is made only where it is safe, else left to the caller:
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Sequence
 
 import sympy
 import torch.fx as fx
 
-from .graph_runtime import stored_input
+from .graph_runtime import stored_inputs
 from .ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction
 from .lower import LoweredGraph
 from .schedule import Schedule
@@ -120,7 +121,7 @@ def _reads_only_where_stored(kernel: Kernel, node: ComputedBuffer, name: str) ->
 
 
 def return_stored_inputs(gm: fx.GraphModule, made: dict[int, int]) -> None:
-    """Each output position of `made` returns its input (`stored_input`), in place; records
+    """Each output position of `made` returns its input (`stored_inputs`), in place; records
     `made` in ``gm.meta[STORED_INPUTS]``."""
     gm.meta[STORED_INPUTS] = dict(made)
     if not made:
@@ -131,9 +132,12 @@ def return_stored_inputs(gm: fx.GraphModule, made: dict[int, int]) -> None:
     flat = output.args[0]
     as_tuple = isinstance(flat, (tuple, list))
     values = list(flat) if as_tuple else [flat]
+    positions = sorted(made)
     with graph.inserting_before(output):
-        for out_pos, in_pos in made.items():
-            values[out_pos] = graph.call_function(stored_input, (placeholders[in_pos], values[out_pos]))
+        stored = graph.call_function(stored_inputs, (tuple(placeholders[made[p]] for p in positions),
+                                                     tuple(values[p] for p in positions)))
+        for item, out_pos in enumerate(positions):
+            values[out_pos] = graph.call_function(operator.getitem, (stored, item))
     output.args = (tuple(values) if as_tuple else values[0],)
     graph.lint()
     gm.recompile()
