@@ -196,11 +196,16 @@ def test_mutated_input_read_after_the_mutation(codegen):
     _run_twice(old_value_read_after, lambda: [torch.randn(4, 8)], codegen)
 
 
-@pytest.mark.parametrize("codegen", CODEGENS)
-def test_mutated_input_that_views_a_bigger_tensor(codegen):
+def compiled_with(fn, codegen):
+    """(`fn` compiled by kiln afresh, its `Compiled` backend)."""
     torch._dynamo.reset()
     compiler = Compiled(codegen)
-    compiled = torch.compile(add_one_in_place, backend=compiler)
+    return torch.compile(fn, backend=compiler), compiler
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_mutated_input_that_views_a_bigger_tensor(codegen):
+    compiled, compiler = compiled_with(add_one_in_place, codegen)
     for _ in range(2):
         base = torch.randn(4, 8)
         expected = base.clone()
@@ -233,3 +238,33 @@ def test_mutated_input_aliasing_another_input():
     expected = mutate_first_read_second(expected_base[1:], expected_base[:-1])
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(base, expected_base)
+
+
+def mutated_and_saved(x, w):
+    x.add_(1)
+    return (x * w).sum()
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_training_graph_mutating_an_input_its_backward_reads(codegen):
+    """The new value is saved for the backward too: its write-back stays a copy in the graph."""
+    compiled, compiler = compiled_with(mutated_and_saved, codegen)
+    for _ in range(2):
+        x, w = torch.randn(4, 8), torch.randn(4, 8, requires_grad=True)
+        x_ref, w_ref = x.clone(), w.detach().clone().requires_grad_()
+        compiled(x, w).backward()
+        mutated_and_saved(x_ref, w_ref).backward()
+        torch.testing.assert_close(x, x_ref)
+        torch.testing.assert_close(w.grad, w_ref.grad)
+    assert compiler.kernels_ran()
+
+
+def test_in_place_add_under_inference_mode():
+    compiled, compiler = compiled_with(add_one_in_place, "cpu")
+    with torch.inference_mode():
+        for _ in range(2):
+            x = torch.randn(4, 8)
+            expected = x + 1
+            assert compiled(x) is x
+            torch.testing.assert_close(x, expected)
+    assert compiler.kernels_ran() and compiler.last_copies() == 0

@@ -11,6 +11,7 @@ import logging
 import math
 
 import torch
+import torch.fx.node
 
 log = logging.getLogger(__name__)
 
@@ -106,3 +107,9 @@ def stored_inputs(tensors: tuple[torch.Tensor, ...], written: tuple[torch.Tensor
 
 
 _INCREMENT_VERSION = torch._C._increment_version  # what torch.autograd.graph.increment_version calls
+
+# A write: FX's dead-code elimination keeps its call when nothing reads the result (an inference
+# graph returns the input itself, not this call's result).
+_mark_side_effect = getattr(torch.fx.node, "has_side_effect", None)
+if _mark_side_effect is not None:
+    _mark_side_effect(stored_inputs)
