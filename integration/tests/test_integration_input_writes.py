@@ -268,3 +268,19 @@ def test_in_place_add_under_inference_mode():
             assert compiled(x) is x
             torch.testing.assert_close(x, expected)
     assert compiler.kernels_ran() and compiler.last_copies() == 0
+
+
+def scale_rows_in_place(x, scale):
+    x.mul_(scale)
+    return scale * 2
+
+
+def test_dynamic_shapes_input_written_in_place():
+    compiled, compiler = compiled_with(scale_rows_in_place, "cpu")
+    for rows in (3, 5, 7):
+        x, scale = torch.randn(rows, 6), torch.randn(6)
+        expected_x = x.clone()
+        expected = scale_rows_in_place(expected_x, scale)
+        torch.testing.assert_close(compiled(x, scale), expected)
+        torch.testing.assert_close(x, expected_x)
+    assert compiler.kernels_ran() and compiler.modules[-1].copies[-1] == 0
