@@ -2,8 +2,9 @@
 
 Each graph's module runs under `sys.setprofile` for its second call; the counts are of Python
 functions entered (C functions aside). The bounds are below what the wrapper made before its
-input layout checks were one call, its mutated inputs' write-backs were kernel stores and
-autograd_trace's runtime stopped re-deriving its input layouts on every call (in brackets).
+input layout checks were one call, its mutated inputs' write-backs were kernel stores, the
+tensors it saves for the backward were no copies and autograd_trace's runtime stopped
+re-deriving its input layouts on every call (in brackets).
 """
 
 import collections
@@ -85,7 +86,8 @@ def test_python_calls_per_graph_call(case, bound):
     x = torch.randn(4, 16) if case.startswith("mlp") else torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last)
     calls = second_call_counts(model, x.requires_grad_(case.endswith("training")), case.endswith("training"))
     assert calls["ensure_layout"] + calls["ensure_layouts"] == 1  # the inputs' layouts: one check
-    # views through the dispatcher only for the outputs copied out of a shared buffer (not for
-    # the externs' operands outside grad mode, nor for views nothing reads)
-    assert calls["strided_view"] == calls["copied_view"]
+    # no copy of an output no user sees (batch norm's saved statistics), at most one view through
+    # the dispatcher (an output's; none for the externs' operands outside grad mode, nor for
+    # views nothing reads)
+    assert calls["copied_view"] == 0 and calls["strided_view"] <= 1
     assert sum(calls.values()) <= bound, calls.most_common()

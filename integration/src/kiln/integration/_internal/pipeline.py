@@ -30,6 +30,7 @@ from .input_writes import append_writebacks, drop_stored_writebacks, request_inp
 from .lookup import Lookup
 from .options import KilnOptions
 from .output_aliases import view_mutated_inputs
+from .private_outputs import mark_private_outputs
 from .output_layouts import keep_output_layouts
 from .progress import Stages
 from .regions import RegionResults, compile_regions
@@ -131,7 +132,8 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
             # which a kernel may then do itself (`input_writes.py`)
             mutations = aten.meta.get(autograd_trace.INPUT_MUTATIONS, ())
             if mutations:
-                aten = fx.GraphModule(aten, copy.deepcopy(aten.graph))
+                aten, traced = fx.GraphModule(aten, copy.deepcopy(aten.graph)), aten
+                aten.meta = dict(traced.meta)
             written = append_writebacks(aten, mutations)
             # outputs leave through an autograd.Function, where views could not be modified in place
             module, results = compile_aten(aten, options, codegen, dump, half_stages, check, prefix=f"{label}_",
@@ -173,6 +175,7 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
     # a region that stores a mutated input's new value itself replaces its write-back copy_;
     # not when each region's first call is compared with eager's (`verify_calls`), which reads its inputs again
     writebacks = request_input_writes(parted) if not options.verify_calls else []
+    mark_private_outputs(parted, aten.meta.get(autograd_trace.INTERNAL_OUTPUTS, ()))
     results = compile_regions(parted, codegen, dump, stages, check, options, prefix, output_views)
     drop_stored_writebacks(parted, writebacks, results.stored_inputs)
     results.fallbacks += _outside_nodes(parted, codegen, options, dtypes, lowered_ops)

@@ -29,6 +29,7 @@ from . import codegens
 from .checked import CheckedRegion
 from .debug import DebugDump
 from .input_writes import WRITES_KEY
+from .private_outputs import PRIVATE_KEY
 from .options import KilnOptions
 from .progress import Stages
 from .report import FallbackNode
@@ -136,7 +137,8 @@ def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions,
         recompute_cheap=plugin.capabilities.recompute_cheap,
         recompute_transcendental=plugin.capabilities.recompute_transcendental,
         split_reductions=plugin.capabilities.split_reductions, output_views=output_views,
-        welford=plugin.capabilities.welford, input_writes=tuple(region.meta.get(WRITES_KEY, ()))))
+        welford=plugin.capabilities.welford, input_writes=tuple(region.meta.get(WRITES_KEY, ())),
+        private_outputs=tuple(region.meta.get(PRIVATE_KEY, ()))))
     if check:
         loopir.verify(kernel_graph)
     return kernel_graph

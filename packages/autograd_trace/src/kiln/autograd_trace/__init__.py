@@ -15,6 +15,7 @@ from kiln.autograd_trace._internal.errors import TraceError, VerifyError
 __all__ = [
     "AotCompiled",
     "INPUT_MUTATIONS",
+    "INTERNAL_OUTPUTS",
     "JointGraph",
     "Partition",
     "RuntimePlan",
@@ -35,7 +36,8 @@ _ON_FIRST_USE = {
     "trace_inference": "._internal.inference", "JointGraph": "._internal.joint", "trace_joint": "._internal.joint",
     "Partition": "._internal.partitioner", "partition_joint": "._internal.partitioner",
     "RuntimePlan": "._internal.plan", "AotCompiled": "._internal.runtime", "aot_compile": "._internal.runtime",
-    "INPUT_MUTATIONS": "._internal.meta", "WRITTEN_ATTRIBUTE": "._internal.meta",
+    "INPUT_MUTATIONS": "._internal.meta", "INTERNAL_OUTPUTS": "._internal.meta",
+    "WRITTEN_ATTRIBUTE": "._internal.meta",
     "verify": "._internal.verify",
 }
 

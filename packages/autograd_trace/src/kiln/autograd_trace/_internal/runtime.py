@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 from .analysis import FROM_FORWARD, FROM_INPUT, FROM_INPUT_VIEW, FROM_OUTPUT
 from .joint import Decompositions, JointGraph, trace_joint
 from .lifting import fetch_attr
-from .meta import INPUT_MUTATIONS, VAL, WRITTEN_ATTRIBUTE
+from .meta import INPUT_MUTATIONS, INTERNAL_OUTPUTS, VAL, WRITTEN_ATTRIBUTE
 from .partitioner import Partition, build_inference_graph, partition_joint
 from .plan import RuntimePlan, TensorLayout, runtime_plan
 from .symbols import bind_symbols, evaluate, has_symbols
@@ -101,10 +101,11 @@ class AotCompiled(torch.nn.Module):
         self._runtime = _Runtime(
             fn,
             self.plan,
-            forward=_compile(fw_compiler, _offer_mutations(partition.fw_gm, self.plan), "forward"),
+            forward=_compile(fw_compiler, _annotate_forward(partition.fw_gm, self.plan, saves=True), "forward"),
             compile_backward=lambda: _compile(bw_compiler, partition.bw_gm, "backward"),
             compile_inference=lambda: _compile(
-                fw_compiler, _offer_mutations(build_inference_graph(joint), self.plan), "forward-only"
+                fw_compiler, _annotate_forward(build_inference_graph(joint), self.plan, saves=False),
+                "forward-only",
             ),
             backward_graph=partition.bw_gm,
             lifted_values=[entry.value for entry in joint.lifted],
@@ -318,9 +319,14 @@ class _Runtime:
         return outputs
 
 
-def _offer_mutations(gm: torch.fx.GraphModule, plan: RuntimePlan) -> torch.fx.GraphModule:
-    """``gm`` (a forward: the mutated inputs' new values first) with ``meta[INPUT_MUTATIONS]``:
-    the mutations its compiler may write itself (see ``INPUT_MUTATIONS``)."""
+def _annotate_forward(gm: torch.fx.GraphModule, plan: RuntimePlan, saves: bool) -> torch.fx.GraphModule:
+    """``gm`` (a forward: the mutated inputs' new values first; with ``saves``, what the backward
+    reads after the user outputs) with ``meta[INPUT_MUTATIONS]``, the mutations its compiler may
+    write itself (see ``INPUT_MUTATIONS``), and ``meta[INTERNAL_OUTPUTS]`` (see ``meta.py``)."""
+    num_outputs = len(gm.graph.output_node().args[0])
+    num_mutated = len(plan.mutated_inputs)
+    saved = range(plan.num_forward_outputs, num_outputs) if saves else range(0)
+    gm.meta[INTERNAL_OUTPUTS] = (*range(num_mutated), *saved)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     outputs = list(gm.graph.output_node().args[0])
     offered = []

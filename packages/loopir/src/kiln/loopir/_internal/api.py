@@ -15,7 +15,7 @@ from .registry import Lowerings
 from .schedule import schedule
 from .verify import verify
 from .welford import welford_schedule
-from .wrapper_passes import fewer_calls
+from .wrapper_passes import fewer_calls, share_private_outputs
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,9 @@ class LowerOptions:
         (`input_stores.py`), the kernel computing it stores it into the input's memory and the
         kernel graph returns the input itself there (`stored_positions(kg.gm)` lists those); the
         others stay the caller's copies.
+    private_outputs: output positions no user sees (a training forward's tensors saved for the
+        backward): with `output_views` False, one that views a buffer no user-visible output
+        shares stays a view rather than a copy (`wrapper_passes.share_private_outputs`).
     welford: a variance's second pass over its values (the sum of squared deviations from
         their mean, beside the sum of the values in the same kernel) becomes a `Welford` node
         over the values themselves (`welford.py`), so both reduce in one pass: for codegens with
@@ -81,6 +84,7 @@ class LowerOptions:
     recompute_transcendental: bool = True
     welford: bool = False
     input_writes: tuple[tuple[int, int], ...] = ()
+    private_outputs: tuple[int, ...] = ()
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -100,6 +104,7 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     plan, stored = plan_input_stores(lowered, plan, options.input_writes)
     kg = build_kernel_graph(gm, lowered, plan, copy_shared_views=not options.output_views)
     return_stored_inputs(kg.gm, stored)
+    share_private_outputs(kg.gm, options.private_outputs)
     fewer_calls(kg.gm)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),
               len(kg.kernels), len(kg.externs))

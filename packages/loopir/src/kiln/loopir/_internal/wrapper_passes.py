@@ -6,7 +6,8 @@ keep every check and copy the module makes, and make fewer Python calls to do th
 
 - `check_input_layouts_at_once`: the layout checks of the graph's inputs whose strides are known
   numbers (`ensure_layout`, one call per input) become one `ensure_layouts` call;
-- `drop_unused_views`: a view the module makes and never reads (left by output rewrites) goes.
+- `drop_unused_views`: a view the module makes and never reads (left by output rewrites) goes;
+- `share_private_outputs`: an output no user sees stays a view of its buffer, not a copy.
 """
 
 from __future__ import annotations
@@ -62,3 +63,33 @@ def fewer_calls(gm: fx.GraphModule) -> None:
     if changed:
         gm.graph.lint()
         gm.recompile()
+
+
+def share_private_outputs(gm: fx.GraphModule, private: tuple[int, ...]) -> None:
+    """Each output at a `private` position that is a `copied_view` of a buffer becomes a view
+    of it (`strided_view`) when no other output outside `private` shares that buffer without a
+    copy: the copy was made so that a user could modify the output in place, and none sees it."""
+    if not private:
+        return
+    output = gm.graph.output_node()
+    values = output.args[0]
+    flat = list(values) if isinstance(values, (tuple, list)) else [values]
+    shared = {_buffer(v) for position, v in enumerate(flat) if position not in private
+              and isinstance(v, fx.Node) and v.target is not copied_view}
+    changed = False
+    for position in private:
+        value = flat[position] if position < len(flat) else None
+        if isinstance(value, fx.Node) and value.target is copied_view and value.args[0] not in shared:
+            with gm.graph.inserting_before(value):
+                view = gm.graph.call_function(strided_view, value.args)
+            value.replace_all_uses_with(view)
+            gm.graph.erase_node(value)
+            changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+
+
+def _buffer(node: fx.Node) -> fx.Node:
+    """The buffer an output node views (itself when it is no view)."""
+    return node.args[0] if node.target in _VIEWS else node
