@@ -30,8 +30,8 @@ from .input_writes import append_writebacks, drop_stored_writebacks, request_inp
 from .lookup import Lookup
 from .options import KilnOptions
 from .output_aliases import view_mutated_inputs
-from .private_outputs import mark_private_outputs
 from .output_layouts import keep_output_layouts
+from .private_outputs import mark_private_outputs
 from .progress import Stages
 from .regions import RegionResults, compile_regions
 from .report import FallbackNode, GraphReport

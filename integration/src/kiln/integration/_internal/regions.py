@@ -29,8 +29,8 @@ from . import codegens
 from .checked import CheckedRegion
 from .debug import DebugDump
 from .input_writes import WRITES_KEY
-from .private_outputs import PRIVATE_KEY
 from .options import KilnOptions
+from .private_outputs import PRIVATE_KEY
 from .progress import Stages
 from .report import FallbackNode
 
