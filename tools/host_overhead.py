@@ -1,13 +1,16 @@
 """Host (Python) time per call of a compiled graph: kiln against Inductor on launch-bound work.
 
     python tools/host_overhead.py [--model bert] [--profile 40] [--out results.md]
+    python tools/host_overhead.py --model convnet --backends inductor kiln --breakdown
 
 Builds the bfloat16 inference workloads of `tools/bench_low_precision.py` (HF models, 6 layers,
 d768, 8x512) plus a launch-bound chain of small pointwise/reduction ops, compiles each with
 Inductor and kiln, each in the default mode and with mode="reduce-overhead" (CUDA graphs), and
 reports per call: the host time to
 enqueue it (the GPU is never waited for inside the timed loop), the wall time with a sync, and
-the host microseconds per launched GPU kernel. `--profile N` then prints kiln's N costliest
+the host microseconds per launched GPU kernel. `--model convnet` adds the float32 channels-last
+batch norm blocks in train mode of `workloads.channels_last_workloads` (under no_grad: the running
+statistics are written on every call). `--profile N` then prints kiln's N costliest
 Python functions (cProfile, by own time) over 50 calls of the first workload.
 """
 
@@ -20,7 +23,7 @@ import statistics
 import time
 
 import torch
-from workloads import CountingBackend, model_workloads
+from workloads import CountingBackend, channels_last_workloads, model_workloads
 
 from kiln.integration import backend as kiln_backend
 
@@ -38,6 +41,8 @@ def workloads(names):
     for name, model, (ids,) in model_workloads("cuda"):
         if name.split()[0] in names:
             result.append((name + " bf16", model.to(torch.bfloat16), (ids,)))
+    if "convnet" in names:  # batch norm in train mode: running statistics written per call
+        result += [w for w in channels_last_workloads("cuda") if "train" in w[0]]
     x = torch.randn(64, 256, device="cuda")
     result.append(("launch-bound chain 64x256", small_chain, (x, torch.randn(256, device="cuda"))))
     return result

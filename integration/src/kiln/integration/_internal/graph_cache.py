@@ -146,7 +146,9 @@ def freeze_module(module: fx.GraphModule, dynamo_gm: fx.GraphModule) -> dict[str
         to_ref = lambda n: _NodeRef(n.name)  # noqa: E731
         nodes.append((node.op, node.name, node.target, fx.node.map_arg(node.args, to_ref),
                       fx.node.map_arg(node.kwargs, to_ref)))
-    return {"nodes": nodes, "attributes": attributes}
+    # a training forward's mutations it writes itself (autograd_trace's runtime skips their copies)
+    written = getattr(module, autograd_trace.WRITTEN_ATTRIBUTE, ())
+    return {"nodes": nodes, "attributes": attributes, "inputs_written": tuple(written)}
 
 
 def thaw_module(frozen: dict[str, Any], dynamo_gm: fx.GraphModule) -> fx.GraphModule:
@@ -167,7 +169,10 @@ def thaw_module(frozen: dict[str, Any], dynamo_gm: fx.GraphModule) -> fx.GraphMo
         made[name] = graph.create_node(op, target, to_node(args), to_node(kwargs), name=name)
     root = {target: _attribute(dynamo_gm, value.target) if isinstance(value, _DynamoAttribute) else value
             for target, value in frozen["attributes"].items()}
-    return fx.GraphModule(root, graph)
+    module = fx.GraphModule(root, graph)
+    if frozen.get("inputs_written"):
+        setattr(module, autograd_trace.WRITTEN_ATTRIBUTE, frozen["inputs_written"])
+    return module
 
 
 def _attribute(module: torch.nn.Module, target: str) -> Any:

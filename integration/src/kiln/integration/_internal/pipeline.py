@@ -8,6 +8,7 @@ recorded in the `GraphReport`.
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import operator
@@ -25,10 +26,12 @@ from .debug import DebugDump
 from .flatten import inline_regions
 from .graph_cache import TrainingParts
 from .graph_key import shape_guards
+from .input_writes import append_writebacks, drop_stored_writebacks, request_input_writes
 from .lookup import Lookup
 from .options import KilnOptions
 from .output_aliases import view_mutated_inputs
 from .output_layouts import keep_output_layouts
+from .private_outputs import mark_private_outputs
 from .progress import Stages
 from .regions import RegionResults, compile_regions
 from .report import FallbackNode, GraphReport
@@ -125,9 +128,17 @@ def _compile_training(gm: fx.GraphModule, example_inputs: Sequence[Any], options
             dump.write(f"{label}_aten", lambda: aten.print_readable(print_output=False), ".py")
             # the forward compiles inside the joint trace's stage, so its stages nest under it
             half_stages = stages if label == "forward" else backward_stages()
+            # mutated inputs autograd_trace lets the forward write: copy_ write-backs in the graph,
+            # which a kernel may then do itself (`input_writes.py`)
+            mutations = aten.meta.get(autograd_trace.INPUT_MUTATIONS, ())
+            if mutations:
+                aten, traced = fx.GraphModule(aten, copy.deepcopy(aten.graph)), aten
+                aten.meta = dict(traced.meta)
+            written = append_writebacks(aten, mutations)
             # outputs leave through an autograd.Function, where views could not be modified in place
             module, results = compile_aten(aten, options, codegen, dump, half_stages, check, prefix=f"{label}_",
                                            output_views=False)
+            setattr(module, autograd_trace.WRITTEN_ATTRIBUTE, written)
             if label == "forward":
                 forward.merge(results)
                 forward_module.append(module)
@@ -161,7 +172,12 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
         dump.write(f"{prefix}partition_report", lambda: str(parted.meta.get("kiln_partition", "")))
         if check:
             partition.verify(parted)
+    # a region that stores a mutated input's new value itself replaces its write-back copy_;
+    # not when each region's first call is compared with eager's (`verify_calls`), which reads its inputs again
+    writebacks = request_input_writes(parted) if not options.verify_calls else []
+    mark_private_outputs(parted, aten.meta.get(autograd_trace.INTERNAL_OUTPUTS, ()))
     results = compile_regions(parted, codegen, dump, stages, check, options, prefix, output_views)
+    drop_stored_writebacks(parted, writebacks, results.stored_inputs)
     results.fallbacks += _outside_nodes(parted, codegen, options, dtypes, lowered_ops)
     results.collectives += tuple(str(n.target) for n in parted.graph.nodes if partition.is_collective(n))
     return inline_regions(parted), results

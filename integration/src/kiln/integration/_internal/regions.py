@@ -28,7 +28,9 @@ from kiln import loopir
 from . import codegens
 from .checked import CheckedRegion
 from .debug import DebugDump
+from .input_writes import WRITES_KEY
 from .options import KilnOptions
+from .private_outputs import PRIVATE_KEY
 from .progress import Stages
 from .report import FallbackNode
 
@@ -46,6 +48,8 @@ class RegionResults:
         self.fusions: tuple = ()
         self.source = ""
         self.collectives: tuple[str, ...] = ()
+        # by region name: {output position: input position} its kernels stored into the input
+        self.stored_inputs: dict[str, dict[int, int]] = {}
 
     def merge(self, other: RegionResults) -> None:
         self.lowered += other.lowered
@@ -54,6 +58,7 @@ class RegionResults:
         self.externs += other.externs
         self.fusions += other.fusions
         self.collectives += other.collectives
+        self.stored_inputs.update(other.stored_inputs)
         self.source = "\n".join(s for s in (self.source, other.source) if s)
 
 
@@ -94,6 +99,7 @@ def compile_regions(parted: fx.GraphModule, codegen: codegens.Selected, dump: De
             module = CheckedRegion(name, module, region, kernel_graph.kernels, options.verify_calls,
                                    prefix.replace("_", " "))
         setattr(parted, name, module)
+        results.stored_inputs[name] = loopir.stored_positions(kernel_graph.gm)
         results.lowered += tuple(str(n.target) for n in region.graph.nodes if n.op == "call_function")
         results.kernels += len(kernel_graph.kernels)
         results.externs += len(kernel_graph.externs)
@@ -131,7 +137,8 @@ def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions,
         recompute_cheap=plugin.capabilities.recompute_cheap,
         recompute_transcendental=plugin.capabilities.recompute_transcendental,
         split_reductions=plugin.capabilities.split_reductions, output_views=output_views,
-        welford=plugin.capabilities.welford))
+        welford=plugin.capabilities.welford, input_writes=tuple(region.meta.get(WRITES_KEY, ())),
+        private_outputs=tuple(region.meta.get(PRIVATE_KEY, ()))))
     if check:
         loopir.verify(kernel_graph)
     return kernel_graph

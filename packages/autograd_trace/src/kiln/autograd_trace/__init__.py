@@ -14,11 +14,14 @@ from kiln.autograd_trace._internal.errors import TraceError, VerifyError
 
 __all__ = [
     "AotCompiled",
+    "INPUT_MUTATIONS",
+    "INTERNAL_OUTPUTS",
     "JointGraph",
     "Partition",
     "RuntimePlan",
     "TraceError",
     "VerifyError",
+    "WRITTEN_ATTRIBUTE",
     "aot_compile",
     "partition_joint",
     "trace_inference",
@@ -33,6 +36,8 @@ _ON_FIRST_USE = {
     "trace_inference": "._internal.inference", "JointGraph": "._internal.joint", "trace_joint": "._internal.joint",
     "Partition": "._internal.partitioner", "partition_joint": "._internal.partitioner",
     "RuntimePlan": "._internal.plan", "AotCompiled": "._internal.runtime", "aot_compile": "._internal.runtime",
+    "INPUT_MUTATIONS": "._internal.meta", "INTERNAL_OUTPUTS": "._internal.meta",
+    "WRITTEN_ATTRIBUTE": "._internal.meta",
     "verify": "._internal.verify",
 }
 

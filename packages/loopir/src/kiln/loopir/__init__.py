@@ -24,7 +24,7 @@ __all__ = [
     "Reduction", "Scan", "Scatter", "BufferSpec", "ExternCall", "LoweringError", "OpsHandler", "OPS", "SCATTER_MODES", "FloorDiv", "index_vars",
     "indirect_var", "simplify_index", "fill_requested", "fill_uninitialized", "SUPPORTED_DTYPES", "Codegen",
     "Capabilities", "REFERENCE_CODEGEN", "LowerOptions", "Lowerings", "default_lowerings",
-    "FusionDecision", "node_location",
+    "FusionDecision", "node_location", "stored_positions",
 ]
 
 # Lowering, the kernel graph and the lowering tables are imported on first use: a process that only
@@ -36,6 +36,7 @@ _ON_FIRST_USE = {
     "ExternCall": "._internal.lower", "LoweringError": "._internal.lower", "node_location": "._internal.lower",
     "Lowerings": "._internal.registry", "default_lowerings": "._internal.registry",
     "lowerable": "._internal.registry", "supported_ops": "._internal.registry",
+    "stored_positions": "._internal.input_stores",
 }
 
 

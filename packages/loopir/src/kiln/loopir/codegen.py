@@ -11,6 +11,8 @@
   `default_cache_root()`, its per-user default place;
 * `node_summary`: the one-line description of a node codegens put above its code;
 * `scatter_bases`: which input a runtime copies into which output before a scatter kernel runs;
+* `input_stores`: which input's tensor a runtime passes as which output's storage (a mutated
+  graph input the kernel writes in place);
 * `check_option_types`: the type check of a codegen's options dataclass;
 * `known_nonnegative`: whether an index expression's integer `//` and `%` may round differently
   in C-like languages than in sympy (a dividend not known to be >= 0);
@@ -27,10 +29,16 @@ from ._internal.shared.handler import TextHandler
 from ._internal.shared.host import SizeFunction, compile_size, evaluate_size
 from ._internal.shared.option_types import check_option_types
 from ._internal.shared.signs import known_nonnegative
-from ._internal.shared.walker import KernelWalker, ReductionParts, node_summary, scatter_bases
+from ._internal.shared.walker import (
+    KernelWalker,
+    ReductionParts,
+    input_stores,
+    node_summary,
+    scatter_bases,
+)
 
 __all__ = [
     "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",
     "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "default_cache_root", "node_summary",
-    "philox", "scatter_bases", "known_nonnegative", "check_option_types",
+    "philox", "scatter_bases", "input_stores", "known_nonnegative", "check_option_types",
 ]

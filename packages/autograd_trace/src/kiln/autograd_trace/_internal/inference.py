@@ -63,12 +63,33 @@ def trace_inference(
     add_constant_vals(result, fake_mode)
     _rename_placeholders(result.graph, placeholders, fake_inputs)
     _return_mutated_inputs_themselves(gm, result)
+    _reject_aliased_mutated_inputs(result.graph)
     result.graph.lint()
     result.recompile()
     log.debug(
         "traced %d nodes (%d unused removed):\n%s", len(result.graph.nodes), removed, result.code
     )
     return result
+
+
+def _reject_aliased_mutated_inputs(graph: torch.fx.Graph) -> None:
+    """An input written back that shares memory with another input (two views of one tensor):
+    the functional graph reads the other one's old value where eager reads the new one (the
+    training trace refuses them too). Raises ``TraceError``: the backend then runs the graph
+    eagerly, and says so."""
+    inputs = [(n, n.meta.get("val")) for n in graph.nodes if n.op == "placeholder"]
+    inputs = [(n, v) for n, v in inputs if isinstance(v, torch.Tensor)]
+    for node in graph.nodes:
+        if node.target is not torch.ops.aten.copy_.default or not isinstance(node.args[0], torch.fx.Node) \
+                or node.args[0].op != "placeholder":
+            continue
+        written = node.args[0]
+        for other, value in inputs:
+            if other is not written and torch._C._is_alias_of(value, written.meta["val"]):
+                raise TraceError(
+                    f"kiln.autograd_trace: input {written.name!r} is mutated and shares memory with "
+                    f"input {other.name!r}; pass separate tensors (e.g. .clone() one of them)"
+                )
 
 
 _INPLACE_OPERATORS = frozenset({

@@ -39,6 +39,7 @@ def clean_functional_joint(
         )
     new_values = _drop_input_writebacks(graph, placeholders[:num_primals], analysis, primal_names)
     _drop_detaches(graph)
+    _drop_unread_running_stats(graph)
     grad_inputs = _drop_absent_grads(graph, analysis, new_values)
     remove_unused_pure_nodes(graph)
     _name_placeholders(placeholders, primal_names, primal_values)
@@ -78,6 +79,16 @@ def _drop_detaches(graph: torch.fx.Graph) -> None:
         if node.op == "call_function" and node.target is aten.detach.default:
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
+
+
+def _drop_unread_running_stats(graph: torch.fx.Graph) -> None:
+    """A training batch norm's backward (``train=True``) never reads its running statistics
+    (optional arguments): passed None, they are not saved for the backward, so the forward may
+    write their new values into the module's buffers in place (runtime.INPUT_MUTATIONS)."""
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is aten.native_batch_norm_backward.default \
+                and len(node.args) > 7 and node.args[7] is True:
+            node.args = (*node.args[:3], None, None, *node.args[5:])
 
 
 def _drop_absent_grads(

@@ -22,6 +22,16 @@ Writes (on the output ATen graph):
 - ``kiln_recomputed``: ``True`` on the nodes of a backward graph (from ``partition_joint``)
   that recompute a forward value instead of reading a saved one.
 
+Graph-level (``gm.meta``) on the forward graphs ``aot_compile`` hands its forward compiler:
+
+- ``input_mutations`` (``INPUT_MUTATIONS``): ``((output position, input position), ...)``, the
+  mutations the compiler may write into the inputs itself (see ``runtime.py``); a compiled
+  forward that did lists those output positions in its ``inputs_written`` attribute
+  (``WRITTEN_ATTRIBUTE``).
+- ``internal_outputs`` (``INTERNAL_OUTPUTS``): the output positions the runtime never hands to
+  the user (mutated inputs' new values, tensors and sizes saved for the backward): no user
+  modifies them in place, so a compiler need not give them storage of their own.
+
 Joint, forward and backward graphs (``trace_joint`` / ``partition_joint``) carry ``val`` on
 every placeholder (tangents included) and every tensor- or size-producing node, like
 ``trace_inference`` output.
@@ -36,6 +46,9 @@ import torch.fx
 log = logging.getLogger(__name__)
 
 VAL = "val"
+INPUT_MUTATIONS = "input_mutations"
+WRITTEN_ATTRIBUTE = "inputs_written"
+INTERNAL_OUTPUTS = "internal_outputs"
 STACK_TRACE = "stack_trace"
 NN_MODULE_STACK = "nn_module_stack"
 RECOMPUTED = "kiln_recomputed"

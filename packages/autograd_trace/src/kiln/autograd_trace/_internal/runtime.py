@@ -9,7 +9,8 @@ One call of the compiled function:
    reached only through them get None gradients, as in eager). Otherwise a forward-only graph
    runs and nothing is saved;
 3. the new values of mutated inputs are copied into the real inputs (under autograd, so a
-   mutated input that requires grad gets the right history);
+   mutated input that requires grad gets the right history), except those the compiled graph
+   wrote itself (see ``INPUT_MUTATIONS``);
 4. outputs that are inputs or views of inputs are rebuilt from the real inputs
    (``as_strided``), so they are real views, and the user's output structure is restored.
 """
@@ -28,7 +29,7 @@ import torch.utils._pytree as pytree
 from .analysis import FROM_FORWARD, FROM_INPUT, FROM_INPUT_VIEW, FROM_OUTPUT
 from .joint import Decompositions, JointGraph, trace_joint
 from .lifting import fetch_attr
-from .meta import VAL
+from .meta import INPUT_MUTATIONS, INTERNAL_OUTPUTS, VAL, WRITTEN_ATTRIBUTE
 from .partitioner import Partition, build_inference_graph, partition_joint
 from .plan import RuntimePlan, TensorLayout, runtime_plan
 from .symbols import bind_symbols, evaluate, has_symbols
@@ -36,6 +37,13 @@ from .symbols import bind_symbols, evaluate, has_symbols
 log = logging.getLogger(__name__)
 
 Compiler = Callable[[torch.fx.GraphModule, list[object]], Callable[..., Sequence[object]]]
+
+# ``gm.meta[INPUT_MUTATIONS]`` of a forward graph offers its compiler the input mutations it may
+# apply itself: ``((output position, input position), ...)``, each output the new value of that
+# input, for inputs that do not require grad and that no other output aliases (nothing saved for
+# the backward sees the input change early). A compiler that writes some of them into the inputs
+# itself (as Inductor's ``keep_input_mutations``) returns a callable whose ``WRITTEN_ATTRIBUTE``
+# (``inputs_written``) lists those output positions; the runtime then copies nothing for them.
 Partitioner = str | Callable[[JointGraph], Partition]
 
 
@@ -93,10 +101,11 @@ class AotCompiled(torch.nn.Module):
         self._runtime = _Runtime(
             fn,
             self.plan,
-            forward=_compile(fw_compiler, partition.fw_gm, "forward"),
+            forward=_compile(fw_compiler, _annotate_forward(partition.fw_gm, self.plan, saves=True), "forward"),
             compile_backward=lambda: _compile(bw_compiler, partition.bw_gm, "backward"),
             compile_inference=lambda: _compile(
-                fw_compiler, build_inference_graph(joint), "forward-only"
+                fw_compiler, _annotate_forward(build_inference_graph(joint), self.plan, saves=False),
+                "forward-only",
             ),
             backward_graph=partition.bw_gm,
             lifted_values=[entry.value for entry in joint.lifted],
@@ -159,6 +168,10 @@ class _ForwardOutputsOnly:
     def __call__(self, *args: object) -> Sequence[object]:
         return tuple(self.forward(*args))[: self.num_outputs]
 
+    @property
+    def inputs_written(self) -> tuple[int, ...]:
+        return tuple(getattr(self.forward, WRITTEN_ATTRIBUTE, ()))
+
 
 class _Runtime:
     def __init__(
@@ -181,6 +194,21 @@ class _Runtime:
         # made now, not on first use: Dynamo traces the backward that reads it (compiled autograd)
         self.traceable_backward = _views_as_reshapes(backward_graph)
         self.function = _make_function(self)
+        # what `_check_inputs` compares on every call: (position, dtype, shape or None if symbolic)
+        self._traced_inputs = tuple(
+            (i, traced.dtype, None if has_symbols(traced.shape) else torch.Size(traced.shape))
+            for i, traced in enumerate(plan.primal_layouts) if isinstance(traced, TensorLayout))
+
+    @functools.cached_property
+    def forward_written(self) -> frozenset[int]:
+        """Positions of mutated inputs' new values the compiled forward wrote into the inputs."""
+        return frozenset(getattr(self.forward, WRITTEN_ATTRIBUTE, ()))
+
+    @functools.cached_property
+    def copied_after_forward(self) -> tuple[int, ...]:
+        """The mutated inputs (primal positions) the runtime copies into after the forward: the
+        ones whose old value a saved tensor sharing their memory must keep (`_unshare_mutated`)."""
+        return tuple(i for k, i in enumerate(self.plan.mutated_inputs) if k not in self.forward_written)
 
     @functools.cached_property
     def backward(self) -> Callable[..., Sequence[object]]:
@@ -201,9 +229,11 @@ class _Runtime:
         self._check_inputs(flat)
         if self._needs_autograd(flat):
             forward_values = self.function.apply(*flat)
+            written = self.forward_written
         else:
             forward_values = tuple(self.inference(*flat))
-        self._apply_mutations(flat, forward_values)
+            written = frozenset(getattr(self.inference, WRITTEN_ATTRIBUTE, ()))
+        self._apply_mutations(flat, forward_values, written)
         outputs = self._user_outputs(flat, forward_values)
         return pytree.tree_unflatten(outputs, plan.out_spec)
 
@@ -213,12 +243,13 @@ class _Runtime:
         return [fetch_attr(self.fn, name) for name in self.plan.lifted_names]
 
     def _check_inputs(self, flat: Sequence[object]) -> None:
-        for value, traced, info in zip(flat, self.plan.primal_layouts, self.plan.inputs, strict=True):
-            if not isinstance(traced, TensorLayout) or not isinstance(value, torch.Tensor):
+        if len(flat) != len(self.plan.primal_layouts):
+            raise AssertionError(f"expected {len(self.plan.primal_layouts)} inputs, got {len(flat)}")
+        for i, dtype, shape in self._traced_inputs:
+            value = flat[i]
+            if not isinstance(value, torch.Tensor) or (value.dtype == dtype and (shape is None or value.shape == shape)):
                 continue
-            same_shape = has_symbols(traced.shape) or tuple(traced.shape) == tuple(value.shape)
-            if same_shape and traced.dtype == value.dtype:
-                continue
+            info, traced = self.plan.inputs[i], self.plan.primal_layouts[i]
             raise RuntimeError(
                 f"kiln.autograd_trace: input {info.name!r} is {value.dtype}{list(value.shape)} but "
                 f"was traced as {traced.dtype}{list(traced.shape)}; call aot_compile again for "
@@ -240,10 +271,11 @@ class _Runtime:
                 needs = True
         return needs
 
-    def _apply_mutations(self, flat: Sequence[object], forward_values: Sequence[object]) -> None:
+    def _apply_mutations(self, flat: Sequence[object], forward_values: Sequence[object],
+                         written: frozenset[int]) -> None:
         for k, i in enumerate(self.plan.mutated_inputs):
             real, new = flat[i], forward_values[k]
-            if real is new:
+            if real is new or k in written:
                 continue
             if real.is_leaf and real.requires_grad:
                 # Eager only allows this under no_grad (e.g. an EMA update in forward).
@@ -287,6 +319,40 @@ class _Runtime:
         return outputs
 
 
+def _annotate_forward(gm: torch.fx.GraphModule, plan: RuntimePlan, saves: bool) -> torch.fx.GraphModule:
+    """``gm`` (a forward: the mutated inputs' new values first; with ``saves``, what the backward
+    reads after the user outputs) with ``meta[INPUT_MUTATIONS]``, the mutations its compiler may
+    write itself (see ``INPUT_MUTATIONS``), and ``meta[INTERNAL_OUTPUTS]`` (see ``meta.py``)."""
+    num_outputs = len(gm.graph.output_node().args[0])
+    num_mutated = len(plan.mutated_inputs)
+    saved = range(plan.num_forward_outputs, num_outputs) if saves else range(0)
+    gm.meta[INTERNAL_OUTPUTS] = (*range(num_mutated), *saved)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    outputs = list(gm.graph.output_node().args[0])
+    offered = []
+    for k, i in enumerate(plan.mutated_inputs):
+        if plan.inputs[i].requires_grad or not _only_output_reads(outputs, k, placeholders[i]):
+            continue
+        offered.append((k, i))
+    gm.meta[INPUT_MUTATIONS] = tuple(offered)
+    return gm
+
+
+def _only_output_reads(outputs: Sequence[object], position: int, placeholder: torch.fx.Node) -> bool:
+    """Whether no output but the one at ``position`` is ``placeholder`` or may alias it."""
+    value = placeholder.meta.get(VAL)
+    if not isinstance(value, torch.Tensor):
+        return False
+    for k, out in enumerate(outputs):
+        if k == position or not isinstance(out, torch.fx.Node):
+            continue
+        other = out.meta.get(VAL)
+        if out is placeholder or other is None or (
+                isinstance(other, torch.Tensor) and torch._C._is_alias_of(other, value)):
+            return False
+    return True
+
+
 def _compile(
     compiler: Compiler, gm: torch.fx.GraphModule, what: str
 ) -> Callable[..., Sequence[object]]:
@@ -311,10 +377,10 @@ def _make_function(runtime: _Runtime) -> type[torch.autograd.Function]:
         def forward(ctx, *flat):
             results = tuple(runtime.forward(*flat))
             outputs = results[:num_forward]
-            saved = [
-                _unshare_mutated(t, flat, plan.mutated_inputs)
-                for t in results[num_forward : num_forward + num_saved]
-            ]
+            copied = runtime.copied_after_forward
+            saved = results[num_forward : num_forward + num_saved]
+            if copied:
+                saved = [_unshare_mutated(t, flat, copied) for t in saved]
             ctx.save_for_backward(*saved)
             ctx.kiln_sizes = results[num_forward + num_saved :]
             # Outputs the loss never reached get None, not zeros: the inputs only they lead to

@@ -25,6 +25,7 @@ from kiln.loopir.codegen import (
     ArtifactCacheError,
     CheckSite,
     SizeFunction,
+    input_stores,
     raise_failed_check,
     scatter_bases,
 )
@@ -48,20 +49,22 @@ class LibraryUnavailable(RuntimeError):
 @dataclasses.dataclass(frozen=True, slots=True)
 class KernelSignature:
     """What calling a compiled kernel needs of its loopir `Kernel`: its name, the buffers it reads
-    and writes, its size symbols and which input each scatter output starts as a copy of."""
+    and writes, its size symbols, which input each scatter output starts as a copy of and which
+    input's memory each stored-input output is (`kiln.loopir.codegen.input_stores`)."""
 
     name: str
     inputs: tuple[BufferSpec, ...]
     outputs: tuple[BufferSpec, ...]
     symbols: tuple[sympy.Symbol, ...]
     scatter_bases: tuple[tuple[int, int], ...]
+    input_stores: tuple[tuple[int, int], ...] = ()
 
     @staticmethod
     def of(kernel: Kernel | KernelSignature) -> KernelSignature:
         if isinstance(kernel, KernelSignature):
             return kernel
         return KernelSignature(kernel.name, tuple(kernel.inputs), tuple(kernel.outputs), tuple(kernel.symbols),
-                               scatter_bases(kernel))
+                               scatter_bases(kernel), input_stores(kernel))
 
 
 _opened: dict[str, ctypes.CDLL] = {}  # libraries re-opened by unpickling, verified once per process
@@ -177,6 +180,7 @@ class CompiledKernel:
                                             + [o.stride for o in kernel.outputs])
         self._layouts = _InputLayouts(kernel) if check_inputs else None
         self._scatter_bases = KernelSignature.of(kernel).scatter_bases
+        self._input_stores = KernelSignature.of(kernel).input_stores  # outputs written into inputs
         # A kernel without size symbols, run-time checks or scatter bases has one layout per
         # output and (checked) one per input: `_static_call` runs it from those alone.
         self._static: tuple[tuple[Any, ...], tuple[Any, ...] | None] | None = None
@@ -210,6 +214,8 @@ class CompiledKernel:
                         for size, stride, spec in zip(layouts[:n_out], layouts[n_out:], self.kernel.outputs))
         if fill_requested(self.fill):
             fill_uninitialized(outputs)
+        if self._input_stores:  # after the fill: the kernel reads these inputs' old values
+            outputs = self._stored_into_inputs(outputs, inputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
             outputs[out_pos].copy_(inputs[in_pos])
         pointers = [t.data_ptr() for t in inputs] + [t.data_ptr() for t in outputs]
@@ -239,8 +245,19 @@ class CompiledKernel:
         if fill_requested(self.fill):
             return None  # the general path fills
         outputs = tuple([_EMPTY_STRIDED_CPU(size, stride, dtype) for size, stride, dtype in allocations])
+        if self._input_stores:
+            outputs = self._stored_into_inputs(outputs, inputs)
         self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
         return outputs
+
+    def _stored_into_inputs(self, outputs: tuple[torch.Tensor, ...], inputs: Sequence[torch.Tensor]
+                            ) -> tuple[torch.Tensor, ...]:
+        """`outputs` with each stored-input output (`input_stores`) replaced by its input tensor,
+        whose memory the kernel then writes (the input's layout is the output's: checked above)."""
+        replaced = list(outputs)
+        for out_pos, in_pos in self._input_stores:
+            replaced[out_pos] = inputs[in_pos]
+        return tuple(replaced)
 
     def __repr__(self) -> str:
         return f"<compiled C++ {self.__name__}>"

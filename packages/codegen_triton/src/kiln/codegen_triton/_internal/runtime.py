@@ -118,12 +118,14 @@ class TritonKernel:
         self._launcher = None if self.interpreted else DirectLauncher(jit_function, options.check_inputs)
         self._check_inputs = options.check_inputs
         self._scatter_bases = signature.scatter_bases
+        self._input_stores = signature.input_stores  # outputs whose storage is an input's (a mutated input)
         self._serial = signature.serial
         # The one-frame launch of a static kernel (fast_launch.py): None until its static
         # launch went through, False where it cannot apply.
         self._fast: FastLaunch | bool | None = None
         self._fast_eligible = (self._launcher is not None and not kernel.symbols and not self.checks
-                               and not self._scatter_bases and not options.fill_uninitialized)
+                               and not self._scatter_bases and not self._input_stores
+                               and not options.fill_uninitialized)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return rebuild_kernel, (type(self), stored_kernel(self))
@@ -159,6 +161,11 @@ class TritonKernel:
                             for size, stride, dtype in plan.out_allocations)
         if fill_requested(self.options.fill_uninitialized):
             fill_uninitialized(outputs)
+        if self._input_stores:  # the kernel writes these outputs into their inputs' memory (not filled)
+            outputs = list(outputs)
+            for out_pos, in_pos in self._input_stores:
+                outputs[out_pos] = inputs[in_pos]
+            outputs = tuple(outputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
             outputs[out_pos].copy_(inputs[in_pos])
         if plan.empty:

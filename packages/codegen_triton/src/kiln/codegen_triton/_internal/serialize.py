@@ -30,7 +30,7 @@ from typing import Any
 import sympy
 
 from kiln.loopir import BufferSpec, Kernel, Reduction, Scan, Scatter, index_vars
-from kiln.loopir.codegen import CheckSite, scatter_bases
+from kiln.loopir.codegen import CheckSite, input_stores, scatter_bases
 
 from .kernel_source import has_reduction, shared_reduction_loops
 from .options import TritonOptions
@@ -91,6 +91,7 @@ class KernelSignature:
     scatter_bases: tuple[tuple[int, int], ...]  # see `kiln.loopir.codegen.scatter_bases`
     serial: bool  # see `scatter_source.serial_only`
     holds_rows: bool  # a contiguous reduction kernel that `rereads_rows`
+    input_stores: tuple[tuple[int, int], ...] = ()  # see `kiln.loopir.codegen.input_stores`
 
     @property
     def numel(self) -> sympy.Expr:
@@ -106,7 +107,8 @@ class KernelSignature:
         return KernelSignature(
             kernel.name, tuple(kernel.inputs), tuple(kernel.outputs), tuple(kernel.symbols), tuple(kernel.ranges),
             tuple(_numel(n.reduction_ranges) for n in kernel.nodes if isinstance(n.body, Reduction)), reduction,
-            contiguous, scatter_bases(kernel), serial_only(kernel), contiguous and rereads_rows(kernel))
+            contiguous, scatter_bases(kernel), serial_only(kernel), contiguous and rereads_rows(kernel),
+            input_stores(kernel))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -8,12 +8,14 @@ from typing import Any
 
 import torch.fx as fx
 
+from .input_stores import plan_input_stores, return_stored_inputs
 from .kernel_graph import KernelGraph, build_kernel_graph
 from .lower import LoweringError, lower_graph
 from .registry import Lowerings
 from .schedule import schedule
 from .verify import verify
 from .welford import welford_schedule
+from .wrapper_passes import fewer_calls, share_private_outputs
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,14 @@ class LowerOptions:
         expand's stride 0) stays a view either way (eager modifies none in place). Either way, an output viewing a kernel's
         buffer nothing else reads (one computed in memory order) is no view: a tensor of its own
         over that storage.
+    input_writes: ``(output position, input position)`` pairs: that output is the new value of
+        that input (placeholder), which the caller copies into it afterwards. Where it is safe
+        (`input_stores.py`), the kernel computing it stores it into the input's memory and the
+        kernel graph returns the input itself there (`stored_positions(kg.gm)` lists those); the
+        others stay the caller's copies.
+    private_outputs: output positions no user sees (a training forward's tensors saved for the
+        backward): with `output_views` False, one that views a buffer no user-visible output
+        shares stays a view rather than a copy (`wrapper_passes.share_private_outputs`).
     welford: a variance's second pass over its values (the sum of squared deviations from
         their mean, beside the sum of the values in the same kernel) becomes a `Welford` node
         over the values themselves (`welford.py`), so both reduce in one pass: for codegens with
@@ -73,6 +83,8 @@ class LowerOptions:
     output_views: bool = True
     recompute_transcendental: bool = True
     welford: bool = False
+    input_writes: tuple[tuple[int, int], ...] = ()
+    private_outputs: tuple[int, ...] = ()
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -84,11 +96,16 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     """
     options = dataclasses.replace(options or LowerOptions(), **overrides)
     lowered = lower_graph(gm, options.lowerings, options.round_low_precision, options.recompute_cheap,
-                          options.split_reductions, options.output_views, options.recompute_transcendental)
+                          options.split_reductions, options.output_views, options.recompute_transcendental,
+                          dict(options.input_writes))
     plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
     if options.welford:
         plan = welford_schedule(plan)
+    plan, stored = plan_input_stores(lowered, plan, options.input_writes)
     kg = build_kernel_graph(gm, lowered, plan, copy_shared_views=not options.output_views)
+    return_stored_inputs(kg.gm, stored)
+    share_private_outputs(kg.gm, options.private_outputs)
+    fewer_calls(kg.gm)
     log.debug("lowered %d ATen nodes into %d kernels and %d externs", len(gm.graph.nodes),
               len(kg.kernels), len(kg.externs))
     return kg

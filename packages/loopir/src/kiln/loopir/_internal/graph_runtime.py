@@ -11,6 +11,7 @@ import logging
 import math
 
 import torch
+import torch.fx.node
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,16 @@ def ensure_layout(tensor: torch.Tensor, stride: list[int]) -> torch.Tensor:
     return copy.expand(tensor.shape) if broadcast else copy
 
 
+def ensure_layouts(tensors: tuple[torch.Tensor, ...], strides: tuple[tuple[int, ...], ...]
+                   ) -> tuple[torch.Tensor, ...]:
+    """`ensure_layout` of each of `tensors` (a graph's inputs of known strides), in one call:
+    `tensors` itself when every one has its strides (one comparison each)."""
+    for tensor, stride in zip(tensors, strides):
+        if tensor.stride() != stride:
+            return tuple(ensure_layout(t, list(s)) for t, s in zip(tensors, strides))
+    return tensors
+
+
 def strided_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
     """`tensor` seen with new sizes/strides; `offset` counts from tensor's first element."""
     return tensor.as_strided(size, stride, tensor.storage_offset() + offset)
@@ -55,8 +66,9 @@ _REINTERPRET = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", Non
 
 
 def internal_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
-    """`strided_view` for a view only the graph reads (never returned)."""
-    if tensor.requires_grad:
+    """`strided_view` for a view only the graph reads (never returned). A view autograd records
+    (a tensor requiring grad, in grad mode: an extern's result then has a history) is torch's."""
+    if tensor.requires_grad and torch.is_grad_enabled():
         return strided_view(tensor, size, stride, offset)
     return _REINTERPRET(tensor, size, stride, offset)
 
@@ -75,3 +87,29 @@ def restrided_buffer(tensor: torch.Tensor, size: list[int], stride: list[int], o
 def copied_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
     """`strided_view`'s elements copied into a tensor of their own, in the same dim order."""
     return strided_view(tensor, size, stride, offset).clone()
+
+
+def stored_inputs(tensors: tuple[torch.Tensor, ...], written: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """`tensors`, graph inputs kernels stored their new values into (`Kernel.stored_inputs`),
+    once those kernels ran: `written` holds the kernels' outputs, each its input itself when the
+    runtime passed it as the output's storage. A copy (`ensure_layout` copied an input of another
+    layout, or a runtime that allocates its outputs) is copied back into its input. Version
+    counters move as an in-place op's do (autograd's checks of saved tensors)."""
+    stored = []
+    for tensor, value in zip(tensors, written):
+        if value is tensor:
+            stored.append(tensor)
+        else:
+            tensor.copy_(value)
+    if stored:
+        _INCREMENT_VERSION(stored)
+    return tensors
+
+
+_INCREMENT_VERSION = torch._C._increment_version  # what torch.autograd.graph.increment_version calls
+
+# A write: FX's dead-code elimination keeps its call when nothing reads the result (an inference
+# graph returns the input itself, not this call's result).
+_mark_side_effect = getattr(torch.fx.node, "has_side_effect", None)
+if _mark_side_effect is not None:
+    _mark_side_effect(stored_inputs)

@@ -380,6 +380,10 @@ class Kernel:
     symbols: tuple[sympy.Symbol, ...]
     rows: frozenset[str] | None = None
     placements: tuple[tuple[str, tuple[Expr, ...], tuple[Expr, ...]], ...] | None = None
+    # (output, input) buffer names: the output is stored into that input's memory (a graph
+    # input the graph mutates; `input_stores.py`): a runtime passes the input tensor as the
+    # output's storage instead of allocating it (`kiln.loopir.codegen.input_stores`).
+    stored_inputs: tuple[tuple[str, str], ...] = ()
     _hash: int | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
 
     @property
@@ -449,6 +453,6 @@ class Kernel:
         found = self._hash
         if found is None:
             found = hash((self.name, self.nodes, self.inputs, self.outputs, self.symbols, self.rows,
-                          self.placements))
+                          self.placements, self.stored_inputs))
             object.__setattr__(self, "_hash", found)
         return found

@@ -326,14 +326,16 @@ def node_location(node: fx.Node) -> str:
 def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
                 round_low_precision: bool = False, recompute_cheap: bool = False,
                 split_reductions: bool = False, output_views: bool = True,
-                recompute_transcendental: bool = True) -> LoweredGraph:
+                recompute_transcendental: bool = True, input_writes: dict[int, int] | None = None) -> LoweredGraph:
     """Walk `gm` (functional ATen with meta["val"]) and build its loopir steps. With
     `round_low_precision`, every bfloat16/float16 result is rounded where its ATen op produces
     it, as eager does, instead of only where it is stored. With `recompute_cheap`, cheap values
     of several users stay index functions (`recompute.py`; arithmetic only without
     `recompute_transcendental`). With `split_reductions`, long
     reductions into few outputs run in two stages (`lower_split.py`). With `output_views`, outputs
-    eager returns as views keep eager's strides as views (`_output_view`)."""
+    eager returns as views keep eager's strides as views (`_output_view`). `input_writes` maps
+    output positions to the placeholder positions whose new values they are: such an output not
+    stored yet is laid out as its input (`input_stores.py` may then store it there)."""
     table = lowerings if lowerings is not None else default_lowerings()
     ctx = LoweringContext(recompute_cheap, split_reductions, recompute_transcendental)
     env: dict[fx.Node, Any] = {}
@@ -350,7 +352,10 @@ def lower_graph(gm: fx.GraphModule, lowerings: Lowerings | None = None,
             if round_low_precision and isinstance(env[node], Lazy) and env[node].computed is not None:
                 env[node] = _rounded(env[node])
         elif node.op == "output":
-            outputs, output_spec = _lower_outputs(ctx, node, env, _input_symbols(inputs), output_views)
+            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            layouts = {pos: placeholders[i].meta.get("val") for pos, i in (input_writes or {}).items()
+                       if 0 <= i < len(placeholders)}
+            outputs, output_spec = _lower_outputs(ctx, node, env, _input_symbols(inputs), output_views, layouts)
         else:
             raise LoweringError(f"loopir lowers ATen call_function graphs; got {node.op} {node_location(node)}")
     return LoweredGraph(tuple(inputs), tuple(ctx.steps), outputs, output_spec)
@@ -510,13 +515,15 @@ def _tensor_vals(val: Any) -> list[torch.Tensor]:
 
 
 def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any], known: set[sympy.Symbol],
-                   output_views: bool) -> tuple[tuple[Any, ...], Any]:
+                   output_views: bool, layouts: dict[int, Any] | None = None) -> tuple[tuple[Any, ...], Any]:
     """(the output's values, flattened; their pytree spec when the output nests, else None).
     Each is laid out as eager lays it out, or, for an output eager returns as a view, is a view
     (`_output_view`; `known`: the symbols the inputs give at run time). Without `output_views`
     (outputs leave through an `autograd.Function`, where a view could not be modified in place)
     only views eager could not modify in place either are views: those whose elements overlap
-    (an expand's stride 0), which no buffer of their own can lay out as eager's."""
+    (an expand's stride 0), which no buffer of their own can lay out as eager's. `layouts`: by
+    output position, the input (FakeTensor) an output not stored yet is laid out as (its write
+    into that input, `input_stores.py`), when of the same sizes and dtype."""
     (result,) = node.args
     flat = result if isinstance(result, (tuple, list)) else (result,)
     spec = None
@@ -524,7 +531,7 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any],
         flat, spec = pytree.tree_flatten(result)
     outs = []
     realized: dict[fx.Node, StridedView] = {}  # an output (or viewed value) listed twice is computed once
-    for item in flat:
+    for position, item in enumerate(flat):
         if not isinstance(item, fx.Node):
             outs.append(item)
             continue
@@ -534,10 +541,19 @@ def _lower_outputs(ctx: LoweringContext, node: fx.Node, env: dict[fx.Node, Any],
         if isinstance(value, Lazy):
             if item not in realized:
                 like = ctx.eager_values.get(item, item.meta.get("val"))  # eager's strides
+                written = (layouts or {}).get(position)
+                if _same_geometry(written, like):
+                    like = written
                 realized[item] = ctx.realize_in_memory_order(value, like)
             value = realized[item]
         outs.append(value)
     return tuple(outs), spec
+
+
+def _same_geometry(written: Any, like: Any) -> bool:
+    """Whether the input `written` can hold the value `like` (same dtype and sizes)."""
+    return (isinstance(written, torch.Tensor) and isinstance(like, torch.Tensor) and written.dtype == like.dtype
+            and same_exprs(to_exprs(written.shape), to_exprs(like.shape)))
 
 
 def _output_view(ctx: LoweringContext, item: fx.Node, env: dict[fx.Node, Any], realized: dict[fx.Node, StridedView],

@@ -120,3 +120,13 @@ def scatter_bases(kernel: Kernel) -> tuple[tuple[int, int], ...]:
     inputs = [i.name for i in kernel.inputs]
     return tuple((outputs.index(n.name), inputs.index(n.body.base)) for n in kernel.nodes
                  if isinstance(n.body, Scatter) and n.name in outputs)
+
+
+def input_stores(kernel: Kernel) -> tuple[tuple[int, int], ...]:
+    """(output position, input position) of each output `kernel` stores into an input's memory
+    (`Kernel.stored_inputs`): a runtime passes that input tensor as the output instead of
+    allocating one, and returns it. A runtime that allocates anyway stays correct (slower): the
+    kernel graph copies such an output into its input (`graph_runtime.stored_inputs`)."""
+    outputs = [o.name for o in kernel.outputs]
+    inputs = [i.name for i in kernel.inputs]
+    return tuple((outputs.index(out), inputs.index(into)) for out, into in kernel.stored_inputs)
