@@ -45,10 +45,11 @@ CASES = {
     "one_group": (group_norm_one_group, lambda: (_x(2, 6, 9, 3), _x(6, seed=1), _x(6, seed=2)), 1),
     "no_affine": (group_norm_plain, lambda: (_x(2, 6, 5, 5),), 1),
     "3d_input": (group_norm, lambda: (_x(4, 8, 50), _x(8, seed=1), _x(8, seed=2)), 1),
-    # Computed in memory order (N, H, W, C), the normalization walks its elements in another
-    # order than the statistics' rows (N, G) x (C/G, H*W): not a regrouping, two kernels.
+    # Where eager keeps the channels-last layout (its CPU kernel), the normalization is computed
+    # in memory order (N, H, W, C), another order than the statistics' rows (N, G) x (C/G, H*W):
+    # not a regrouping, two kernels. Eager's CUDA kernel returns a contiguous output: one kernel.
     "channels_last": (group_norm, lambda: (_x(2, 16, 5, 6).to(memory_format=torch.channels_last),
-                                           _x(16, seed=1), _x(16, seed=2)), 2),
+                                           _x(16, seed=1), _x(16, seed=2)), None),
 }
 
 
@@ -57,10 +58,13 @@ CASES = {
 def test_group_norm_matches_eager_in_its_kernel_count(name, codegen):
     fn, inputs, kernels = CASES[name]
     args = inputs()
+    want = fn(*args)
+    if kernels is None:
+        kernels = 1 if want.is_contiguous() else 2
     report = explain(fn, *args, options={"fallback": False, "codegen": codegen})
     assert report.kernel_count == kernels and not report.fallback_nodes, str(report)
     torch._dynamo.reset()
-    got, want = _compiled(fn, codegen)(*args), fn(*args)
+    got = _compiled(fn, codegen)(*args)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert got.stride() == want.stride()
 
