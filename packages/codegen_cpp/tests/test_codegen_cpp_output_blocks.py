@@ -45,9 +45,11 @@ def test_one_row_loop_reads_the_whole_block(cpp):
     compiled = cpp.check(lambda x: x.sum(0), torch.randn(64, 2048))
     source = compiled.source
     block = source[source.index(BLOCKED):source.index("// vector code\n")]
-    # one reduction loop in the block, holding the loads of all four output vectors
-    assert block.count("for (int64_t r0 = 0; r0 < 64; ++r0)") == 1, block
-    loop = block[block.index("for (int64_t r0"):]
+    # one reduction loop in the block (in runs of 32 rows: float32 partial sums), holding the
+    # loads of all four output vectors
+    assert block.count("for (int64_t r0_run = 0; r0_run < 64; r0_run += 32)") == 1, block
+    assert block.count("for (int64_t r0 = r0_run;") == 1, block
+    loop = block[block.index("for (int64_t r0 = r0_run"):]
     loads = re.findall(r"kiln::load\(in_\w+ \+ \(i0_p(\d) \+ \(2048 \* r0\)\)", loop)
     assert loads == ["0", "1", "2", "3"], loop
 
