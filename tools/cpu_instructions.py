@@ -79,7 +79,10 @@ class Library:
             if len(parts) == 4 and parts[2] in "tTwW":
                 begin = int(parts[0], 16)
                 symbols.append((begin, begin + int(parts[1], 16), parts[3]))
-        label = "kiln" if path.endswith("kernels.so") else pathlib.Path(path).name[:10]
+        # kiln: the library's cache key (a training step has a forward and a backward library,
+        # each with its kernel0, ...); Inductor: the library's name (one kernel each)
+        library = pathlib.Path(path)
+        label = f"kiln {library.parent.name[:6]}" if library.name == "kernels.so" else library.name[:10]
         return cls(label, tuple(sorted(symbols)))
 
     def kernel_at(self, address: int) -> str | None:
