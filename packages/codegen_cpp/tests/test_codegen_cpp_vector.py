@@ -13,8 +13,9 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln import codegen_cpp, loopir
+from kiln.codegen_cpp._internal.reduction_source import LANEWISE_RUN
 from kiln.codegen_cpp._internal.vector_loops import FLUSH_BLOCKS
-from kiln.codegen_cpp._internal.vector_reduction_source import LANEWISE_RUN, PARTS
+from kiln.codegen_cpp._internal.vector_reduction_source import PARTS
 from kiln.codegen_cpp._internal.vector_segments import (
     decide_comparison,
     resolve_clamps,
@@ -302,8 +303,8 @@ def test_float32_sums_add_at_most_a_bounded_run_in_float32(cpp, cpp_parallel, wi
     flush, so at most FLUSH_BLOCKS + PARTS - 1 of them are lost, whatever the row's length (a
     single float32 accumulator per lane loses length / lanes). Eager's cascade sum loses 16
     per row here. Sums over outer dims (lanes across the outputs, one accumulator per lane) add
-    a run in float32 only when their innermost loop is short (at most LANEWISE_RUN values),
-    else in float64 lanes (plus, in every case, the final rounding to float32)."""
+    runs of at most LANEWISE_RUN values in float32: a short innermost loop whole, a long one
+    cut into runs (plus, in every case, the final rounding to float32)."""
     length = 65537
     rounding = 2  # the final rounding to float32: half an ulp at 2**25
     big = torch.full((2, length), 1.0)
@@ -317,17 +318,18 @@ def test_float32_sums_add_at_most_a_bounded_run_in_float32(cpp, cpp_parallel, wi
     for result, expected, rows in [(row.module(big)[0], exact, 1), (whole.module(big), 2 * exact, 2)]:
         lost = expected - result.double()
         assert (0 <= lost).all() and (lost <= rows * (FLUSH_BLOCKS + PARTS - 1) + rounding).all(), (lost, result)
-    # sums over outer dims (lanes across the outputs): float32 runs over a short innermost loop
-    # (at most LANEWISE_RUN values), float64 lanes over a long one
+    # sums over outer dims (lanes across the outputs): float32 runs of a short innermost loop
+    # (at most LANEWISE_RUN values), or of LANEWISE_RUN iterations of a long one
     planes = torch.ones(256, LANEWISE_RUN, 64)
     planes[0, 0] = 2.0 ** 25
     short = cpp.with_options(flags=flags).check(lambda y: y.sum((0, 1)), planes, atol=64, rtol=0)
     columns = torch.ones(length, 64)
     columns[0] = 2.0 ** 25
     long = cpp.with_options(flags=flags).check(lambda y: y.sum(0), columns, atol=16, rtol=0)
-    assert "kiln::vf32 vacc_" in short.source and "kiln::vf32 vacc_" not in long.source
+    assert "kiln::vf32 vacc_" in short.source and "kiln::vf32 vacc_" in long.source
+    assert f"r0_run += {LANEWISE_RUN})" in long.source and "_run +=" not in short.source
     for compiled, inputs, expected, bound in [(short, planes, 2.0 ** 25 + 256 * LANEWISE_RUN - 1, LANEWISE_RUN - 1),
-                                             (long, columns, exact, 0)]:
+                                             (long, columns, exact, LANEWISE_RUN - 1)]:
         lost = expected - compiled.module(inputs)[0].double()
         assert (0 <= lost).all() and (lost <= bound + rounding).all(), lost
     if width != WIDTHS[-1]:

@@ -26,6 +26,7 @@ from .options import CppOptions
 from .parallel_scan_source import parallel_scan_lines
 from .printer import cpp_expr
 from .reduction_source import reduction_lines
+from .vector_blocks import blocked_vector_loop
 from .vector_hoist import hoist_lane_values
 from .vector_layer import VECTOR_LAYER
 from .vector_loops import indent, split_reduction_lines, vector_loop, vector_reduction_loop
@@ -384,7 +385,12 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
         elif simd:
             lines += indent(["#pragma omp simd"], depth)
         if innermost and outer_vector_loop:
-            lines += indent(segment_loops(var, segments) if segments else vector_loop(var, extent, body), depth)
+            blocked = None
+            if handler.across_outputs and not tiled and not handler.checks \
+                    and not any(kernel.is_row(n) for n in kernel.nodes):
+                blocked = blocked_vector_loop(var, extent, body)  # rows read a block of outputs at a time
+            vector = segment_loops(var, segments) if segments else blocked or vector_loop(var, extent, body)
+            lines += indent(vector, depth)
         elif tiled and pos == len(loops) - 2:
             lines += indent([f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; {var} += {TILE}) {{"], depth)
             depth += 1

@@ -23,6 +23,11 @@ from .options import CppOptions
 from .printer import cpp_expr
 
 _FLOATS = ("float", "double")
+# A lane-wise float32 sum (a reduction over outer dims, one output per lane) adds at most this
+# many values in float32 lanes before moving them into its float64 total: a short innermost
+# reduction loop (a constant of at most this many iterations) is one run, a longer one is cut
+# into runs of this length (`reduction_lines`).
+LANEWISE_RUN = 32
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -142,9 +147,21 @@ def reduction_lines(red: PendingReduction, rvars: Sequence[sympy.Symbol], ranges
             lines.append("    " * depth + pragma)
         lines.append("    " * depth + f"for (int64_t {var} = 0; {var} < {cpp_expr(extent)}; ++{var}) {{")
         depth += 1
+    if red.flush and rvars and not _short(ranges[-1]):  # the innermost loop in runs of LANEWISE_RUN
+        var, extent = rvars[-1], cpp_expr(ranges[-1])
+        lines[-1] = ("    " * (depth - 1) + f"for (int64_t {var}_run = 0; {var}_run < {extent}; "
+                     f"{var}_run += {LANEWISE_RUN}) {{")
+        lines.append("    " * depth + f"for (int64_t {var} = {var}_run; {var} < std::min<int64_t>({extent}, "
+                     f"{var}_run + {LANEWISE_RUN}); ++{var}) {{")
+        depth += 1
     lines += ["    " * depth + line for line in red.body]
     for d in range(depth - 1, -1, -1):
         lines.append("    " * d + "}")
         if d == depth - 1:  # after each run of the innermost loop (a lane-wise float32 sum's)
             lines += ["    " * d + line for line in red.flush]
     return lines
+
+
+def _short(extent: sympy.Expr) -> bool:
+    extent = sympy.sympify(extent)
+    return extent.is_Integer and int(extent) <= LANEWISE_RUN

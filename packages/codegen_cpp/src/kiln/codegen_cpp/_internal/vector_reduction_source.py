@@ -21,14 +21,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import sympy
-
 from .reduction_source import PendingReduction, lowest_first
 
 PARTS = 4
-# A lane-wise float32 sum adds in float32 lanes when its innermost loop has at most this many
-# iterations (`short_innermost_loop`).
-LANEWISE_RUN = 32
 _FLOATS = ("float", "double")
 # The vector type of an accumulator, by the C++ type of the value reduced.
 _ACCUMULATORS = {"float": "kiln::vf32", "double": "kiln::vf64", "int64_t": "kiln::vi64", "int32_t": "kiln::vi32",
@@ -143,21 +138,14 @@ def start_vector_reduction(name: str, reduction_type: str, ctype: str, value: st
     return dataclasses.replace(pending, body=(*body, *pending.body))
 
 
-def short_innermost_loop(extent: sympy.Expr | None) -> bool:
-    """Whether a lane-wise reduction's innermost loop runs at most LANEWISE_RUN iterations (a
-    constant): its float32 sum then adds a run in float32 lanes, moved into the float64 total
-    after the loop. Longer or symbolic loops keep float64 lanes: a sum over 2048 rows 8 KB
-    apart (`x.sum(0)`) ran 1.2-3x slower with float32 runs of 8 or 64 and a flush after each
-    (min times under load), the rows' loads, not the adds, being its cost."""
-    return extent is not None and extent.is_Integer and int(extent) <= LANEWISE_RUN
-
-
 def start_lanewise_reduction(name: str, reduction_type: str, ctype: str, value: str | tuple[str, str],
-                             body: Sequence[str], short_loop: bool = False) -> PendingReduction | None:
+                             body: Sequence[str]) -> PendingReduction | None:
     """A reduction whose lanes are KILN_LANES different outputs (a reduction over an outer
     dim, vectorized across the contiguous output dim): one accumulator vector, no fold; the
-    result is a vector (`result`, one value per output). `short_loop`: the innermost
-    reduction loop is short (`short_innermost_loop`). None when it has no vector version."""
+    result is a vector (`result`, one value per output). A float32 sum adds runs of at most
+    LANEWISE_RUN (reduction_source.py) values in float32 lanes, each moved into a float64 total (`flush`, which
+    `reduction_lines` runs after each run of the innermost loop). None when it has no vector
+    version."""
     if ctype not in _ACCUMULATORS or (reduction_type in ("sum", "prod", "argmax", "argmin") and ctype == "bool"):
         return None
     vacc, vector = f"vacc_{name}", _ACCUMULATORS[ctype]
@@ -176,12 +164,10 @@ def start_lanewise_reduction(name: str, reduction_type: str, ctype: str, value: 
     flush: tuple[str, ...] = ()
     if ctype == "float" and reduction_type == "sum":
         total, result = f"vtotal_{name}", f"vsum_{name}"
-        declarations = [f"kiln::vf64x2 {total} = {{}};"]  # two registers
-        update = [f"{total} = {total} + kiln::widen2({value});"]
-        if short_loop:  # float32 lanes over the innermost loop, then into the float64 total
-            declarations.append(f"kiln::vf32 {vacc} = {{}};")
-            update = [f"{vacc} = {vacc} + {value};"]
-            flush = (f"{total} = {total} + kiln::widen2({vacc});", f"{vacc} = kiln::vf32{{}};")
+        # float32 lanes over a run of the innermost loop, then into the float64 total (two registers)
+        declarations = [f"kiln::vf64x2 {total} = {{}};", f"kiln::vf32 {vacc} = {{}};"]
+        update = [f"{vacc} = {vacc} + {value};"]
+        flush = (f"{total} = {total} + kiln::widen2({vacc});", f"{vacc} = kiln::vf32{{}};")
         finish.append(f"kiln::vf32 {result} = kiln::narrow({total});")
     elif reduction_type in ("sum", "prod"):
         op = "+" if reduction_type == "sum" else "*"

@@ -33,7 +33,6 @@ from .low_precision import (
 )
 from .printer import cpp_expr
 from .vector_reduction_source import (
-    short_innermost_loop,
     start_lanewise_reduction,
     start_vector_reduction,
 )
@@ -249,9 +248,7 @@ class CppVectorHandler(CppHandler):
         if isinstance(value, tuple) and self.dtype(value[1]) != torch.int64:
             raise NotVectorizable(f"a {reduction_type} reduction with {self.dtype(value[1])} positions")
         if self.across_outputs:
-            innermost = self.node.reduction_ranges[-1] if self.node.reduction_ranges else None
-            pending = start_lanewise_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body(),
-                                               short_innermost_loop(innermost))
+            pending = start_lanewise_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
         else:
             pending = start_vector_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
         if pending is None:
