@@ -35,6 +35,7 @@ from kiln.loopir import lower
 WORKLOADS = {"sum": lambda x: x.sum(-1), "var_mean": var_mean_rows, "softmax": softmax_rows,
              "rmsnorm": rmsnorm_rows, "layer_norm": layer_norm_rows}
 ELEMENTS = 1 << 26
+DEFAULTS = (runtime._TILE_BYTES_PER_WARP, runtime._HELD_ROW_BYTES_PER_WARP)  # restored after each timing
 
 
 def kernel_graph(fn, args):
@@ -71,8 +72,6 @@ def sweep_row(name: str, dtype: torch.dtype, width: int, cache: pathlib.Path) ->
     return {"bytes": moved, "workload": name, "dtype": str(dtype).removeprefix("torch."), "width": width,
             "heuristic_us": round(heuristic, 2), "best": best, "best_us": times[best], "times_us": times}
 
-
-DEFAULTS = (runtime._TILE_BYTES_PER_WARP, runtime._HELD_ROW_BYTES_PER_WARP)
 
 
 def main() -> None:
