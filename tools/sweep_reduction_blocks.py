@@ -44,8 +44,11 @@ def kernel_graph(fn, args):
     return lower(gm, row_temporaries=True, recompute_cheap=True, split_reductions=True)
 
 
-def microseconds(graph, args, options: TritonOptions, bytes_per_warp: int) -> float:
-    runtime._TILE_BYTES_PER_WARP = runtime._HELD_ROW_BYTES_PER_WARP = bytes_per_warp
+def microseconds(graph, args, options: TritonOptions, bytes_per_warp: int | None = None) -> float:
+    """Median microseconds of the compiled graph; with `bytes_per_warp`, every reduction kernel
+    (held rows included) takes that tile size per warp instead of the heuristics' own."""
+    if bytes_per_warp is not None:
+        runtime._TILE_BYTES_PER_WARP = runtime._HELD_ROW_BYTES_PER_WARP = bytes_per_warp
     try:
         module = compile(graph, options)
         module(*args)
@@ -59,7 +62,7 @@ def sweep_row(name: str, dtype: torch.dtype, width: int, cache: pathlib.Path) ->
     w, b = torch.randn(width, device="cuda", dtype=dtype), torch.randn(width, device="cuda", dtype=dtype)
     args = {"layer_norm": (x, w, b), "rmsnorm": (x, w)}.get(name, (x,))
     graph = kernel_graph(WORKLOADS[name], args)
-    heuristic = microseconds(graph, args, TritonOptions(cache_dir=cache, compile_threads=0), DEFAULTS[0])
+    heuristic = microseconds(graph, args, TritonOptions(cache_dir=cache, compile_threads=0))
     times = {}
     for rblock, per_warp in itertools.product((1024, 2048, 4096, 8192, 16384), (512, 1024, 2048, 4096)):
         if rblock <= width:
