@@ -30,16 +30,7 @@ from kiln.loopir.codegen import (
     scatter_bases,
 )
 
-
-def _empty_strided_cpu_dispatched(size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
-
-
-# Allocates a CPU tensor without torch's dispatcher: about a quarter of the host time of
-# torch.empty_strided(..., device="cpu") per output (the allocator Dynamo's own guards and
-# Inductor's CPU wrappers use); torch's dispatcher on a torch without it.
-_EMPTY_STRIDED_CPU = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_empty_strided_cpu",
-                             _empty_strided_cpu_dispatched)
+from .output_pool import EMPTY_STRIDED_CPU, MIN_BYTES, POOL, byte_size
 
 
 class LibraryUnavailable(RuntimeError):
@@ -186,7 +177,10 @@ class CompiledKernel:
         self._static: tuple[tuple[Any, ...], tuple[Any, ...] | None] | None = None
         if not kernel.symbols and not self.checks and not self._scatter_bases:
             layouts, n_out = self._output_layouts(), len(kernel.outputs)
-            allocations = tuple((tuple(size), tuple(stride), spec.dtype)
+            # each output's allocator, chosen once: large ones from the pool (output_pool.py)
+            allocations = tuple((tuple(size), tuple(stride), spec.dtype,
+                                 POOL.allocate if byte_size(size, stride, spec.dtype.itemsize) >= MIN_BYTES
+                                 else EMPTY_STRIDED_CPU)
                                 for size, stride, spec in zip(layouts[:n_out], layouts[n_out:], kernel.outputs))
             exact = self._layouts.exact if self._layouts is not None else None
             if self._layouts is None or exact is not None:
@@ -210,7 +204,7 @@ class CompiledKernel:
             self._layouts.check(inputs, sizes)
         layouts = self._output_layouts(*sizes)
         n_out = len(self.kernel.outputs)
-        outputs = tuple(_EMPTY_STRIDED_CPU(size, stride, spec.dtype)
+        outputs = tuple(POOL.allocate(size, stride, spec.dtype)
                         for size, stride, spec in zip(layouts[:n_out], layouts[n_out:], self.kernel.outputs))
         if fill_requested(self.fill):
             fill_uninitialized(outputs)
@@ -244,7 +238,7 @@ class CompiledKernel:
                 return None
         if fill_requested(self.fill):
             return None  # the general path fills
-        outputs = tuple([_EMPTY_STRIDED_CPU(size, stride, dtype) for size, stride, dtype in allocations])
+        outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype, allocate in allocations])
         if self._input_stores:
             outputs = self._stored_into_inputs(outputs, inputs)
         self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
