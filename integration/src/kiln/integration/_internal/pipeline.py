@@ -21,6 +21,7 @@ import torch.fx as fx
 from kiln import autograd_trace, capture, decomp, loopir, partition
 
 from . import codegens
+from .attention_masks import densify_attention_masks
 from .comm_buckets import bucket_all_reduces
 from .debug import DebugDump
 from .flatten import inline_regions
@@ -61,6 +62,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
     if check:
         capture.verify(gm)
     training = is_training(example_inputs)
+    if not training:  # before tracing picks an attention kernel (attention_masks.py)
+        densify_attention_masks(gm)
     guards = len(shape_guards(example_inputs))
     if training:
         forward: dict[str, Any] = {}  # the forward's module and report, for the cache entry
