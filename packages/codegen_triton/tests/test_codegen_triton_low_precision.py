@@ -79,3 +79,17 @@ def test_bfloat16_sum_accumulates_in_float32(options):
     x = torch.ones(4, 4096, dtype=torch.bfloat16, device=DEVICE)
     module = compile(lower(make_fx(lambda x: x.sum(-1))(x)), options)
     assert module(x).tolist() == [4096.0] * 4  # a bfloat16 accumulator stops at 256
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_pointwise_programs_of_16_bit_kernels_cover_twice_the_points(dtype, tmp_path):
+    """A pointwise kernel whose inputs and outputs are all 2 bytes wide gets 2 * xblock points per
+    program (each thread moves as many bytes as a float32 kernel's); one float32 value in or out
+    keeps xblock. The results stay eager's, the last program masked."""
+    options = TritonOptions(cache_dir=tmp_path, xblock=16)
+    x = torch.randn(5, 19).to(dtype).to(DEVICE)
+    for fn, expected in [(gelu, 32), (lambda x: gelu(x).float(), 16), (lambda x: gelu(x.float()), 16)]:
+        module = compile(lower(make_fx(fn)(x)), options)
+        (kernel,) = [n.target for n in module.graph.nodes if type(n.target).__name__ == "TritonKernel"]
+        assert kernel._pointwise_xblock == expected
+        torch.testing.assert_close(module(x), fn(x), atol=1e-2, rtol=1e-2)

@@ -30,7 +30,8 @@ class TritonOptions:
     """Options of `compile` and `generate`.
 
     cache_dir: where generated sources are written, one file per content hash.
-    xblock: most outer points one program of a pointwise kernel computes.
+    xblock: most outer points one program of a pointwise kernel computes; twice as many when
+        all its inputs and outputs are 2 bytes wide (bfloat16, float16: the same bytes per thread).
     reduction_xblock: most outer points one program of a reduction kernel computes.
     rblock: most reduction elements a reduction loop step reads per outer point, when the
         reduction walks memory with a stride (sum over a middle dim): a wide XBLOCK then keeps
