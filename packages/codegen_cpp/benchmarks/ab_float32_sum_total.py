@@ -86,12 +86,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="samples per variant per round (median)")
     parser.add_argument("--calls", type=int, default=20, help="kernel calls per sample")
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    parser.add_argument("--shapes", nargs="*", default=[f"{r}x{c}" for r, c in SHAPES],
+                        help="ROWSxCOLS (e.g. 64x1024: rows that stay in cache, the per-row cost alone)")
     args = parser.parse_args()
     cache = tempfile.mkdtemp(prefix="kiln_ab_sum_")
     print(f"torch threads {torch.get_num_threads()}; medians of {args.repeat} x {args.calls} calls per round; "
           f"new = float32 total on short rows, old = float64 total; ratio = new / old")
     for name in args.workloads:
-        for rows, cols in SHAPES:
+        for rows, cols in (tuple(map(int, shape.split("x"))) for shape in args.shapes):
             torch.manual_seed(0)
             x, w, b = torch.randn(rows, cols), torch.randn(cols), torch.randn(cols)
             inputs = (x, w) if name == "rmsnorm" else (x, w, b)
