@@ -346,7 +346,7 @@ def _short_row_sum_bound(lanes: int) -> int:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_short_float32_rows_sum_into_a_float32_total(cpp, width):
+def test_short_float32_rows_sum_into_a_float32_total(cpp, cpp_parallel, width):
     """A float32 row sum of static length n keeps a float32 total where n <= SHORT_ROW *
     KILN_LANES (decided in C++ per ISA), a float64 one past it. Which one ran shows in the
     results: on rows of integers below 2**18 every float32 partial (at most 32 values once
@@ -380,6 +380,12 @@ def test_short_float32_rows_sum_into_a_float32_total(cpp, width):
             result = compiled.module(big).double()
             lost = 2.0 ** 25 + length - 1 - result
             assert ((0 <= lost) & (lost <= FLUSH_BLOCKS + PARTS - 1 + 2)).all(), lost
+    # a whole short tensor split across threads: each chunk's total, chunks combined in float64
+    values = torch.randint(0, 2 ** 18, (1000,)).float()
+    whole = cpp_parallel.with_options(flags=flags).build(lambda y: y.sum(), values)
+    assert "split in 64 chunks" in whole.source and "kiln::sum_total<(1000 <= " in whole.source
+    error = abs(whole.module(values).double() - values.double().sum())
+    assert error <= (_short_row_sum_bound(lanes) + 1) * u * values.double().sum(), error
 
 
 def test_float32_sums_of_unknown_length_or_several_dims_keep_a_float64_total(cpp):

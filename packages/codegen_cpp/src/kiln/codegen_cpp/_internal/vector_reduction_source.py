@@ -22,7 +22,9 @@ and tested in `tests/test_codegen_cpp_vector.py`):
   float64 conversions and fold cost 10-15% of an rmsnorm over rows of 1024). A value goes
   through at most FLUSH_BLOCKS + 2 + (SHORT_ROW / (PARTS * FLUSH_BLOCKS) + 1) + log2(KILN_LANES)
   = 19 + log2(KILN_LANES) <= 23 float32 additions (partial, parts, total, lanes), so
-  |error| <= 23 * u * sum(|x|) (about 1.4e-6 * sum(|x|)), whatever the values. (Like eager's
+  |error| <= 23 * u * sum(|x|) (about 1.4e-6 * sum(|x|)), whatever the values (split across
+  threads, `vector_loops.split_reduction_lines`: each chunk's sum so, the chunks' combination in
+  float64 rounded once more). (Like eager's
   float32 sum, its lanes may overflow where only the float64 total would not: a cancelling sum
   of values near the float32 maximum.)
 
