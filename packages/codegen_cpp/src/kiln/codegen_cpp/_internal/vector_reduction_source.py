@@ -16,17 +16,16 @@ and tested in `tests/test_codegen_cpp_vector.py`):
   dims: a float64 total (`kiln::vf64x2`), folded in float64 and rounded to float once. Each
   value goes through at most FLUSH_BLOCKS + 2 float32 additions (its partial, the tree of the
   parts), so |error| <= (FLUSH_BLOCKS + 2) * u * sum(|x|) + the final rounding, whatever the
-  length (a large value then ones: at most FLUSH_BLOCKS - 1 ones lost).
+  length (a large value then ones: at most FLUSH_BLOCKS + PARTS - 1 ones lost).
 * a short row (one reduction dim of static length n <= SHORT_ROW * KILN_LANES, decided in C++
-  per ISA: `kiln::sum_total<(n <= SHORT_ROW * KILN_LANES)>`): a float32 total, folded in float32 (the
-  float64 conversions and fold cost 10-15% of an rmsnorm over rows of 1024). A value goes
-  through at most FLUSH_BLOCKS + 2 + (SHORT_ROW / (PARTS * FLUSH_BLOCKS) + 1) + log2(KILN_LANES)
-  = 19 + log2(KILN_LANES) <= 23 float32 additions (partial, parts, total, lanes), so
-  |error| <= 23 * u * sum(|x|) (about 1.4e-6 * sum(|x|)), whatever the values (split across
-  threads, `vector_loops.split_reduction_lines`: each chunk's sum so, the chunks' combination in
-  float64 rounded once more). (Like eager's
-  float32 sum, its lanes may overflow where only the float64 total would not: a cancelling sum
-  of values near the float32 maximum.)
+  per ISA: `kiln::sum_total<(n <= SHORT_ROW * KILN_LANES)>`): a float32 total, folded in
+  float32 (the float64 conversions and fold cost 10-15% of an rmsnorm over rows of 1024). A
+  value goes through at most FLUSH_BLOCKS + 2 + (SHORT_ROW / (PARTS * FLUSH_BLOCKS) + 1) +
+  log2(KILN_LANES) = 19 + log2(KILN_LANES) <= 23 float32 additions (partial, parts, total,
+  lanes), so |error| <= 23 * u * sum(|x|) (about 1.4e-6 * sum(|x|)), whatever the values.
+  Split across threads (`vector_loops.split_reduction_lines`), each chunk's sum is so bounded
+  and the chunks' float64 combination is rounded once more. Like eager's float32 sum, its lanes
+  may overflow where a float64 total would not (a cancelling sum of values near the maximum).
 
 Sums over outer dims (`start_lanewise_reduction`: one output per lane, no lane fold) keep
 their float64 total whatever the length: its cost, one conversion per LANEWISE_RUN values and
