@@ -15,7 +15,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from kiln import codegen_cpp, loopir
 from kiln.codegen_cpp._internal.reduction_source import LANEWISE_RUN
 from kiln.codegen_cpp._internal.vector_loops import FLUSH_BLOCKS
-from kiln.codegen_cpp._internal.vector_reduction_source import PARTS
+from kiln.codegen_cpp._internal.vector_reduction_source import MAX_LANES, PARTS, SHORT_ROW
 from kiln.codegen_cpp._internal.vector_segments import (
     decide_comparison,
     resolve_clamps,
@@ -337,6 +337,64 @@ def test_float32_sums_add_at_most_a_bounded_run_in_float32(cpp, cpp_parallel, wi
     # ones alone (partials of at most 12 values each) stay exact far beyond float32's 2**24
     ones = torch.ones(1, 2 ** 25 + 4098)
     assert cpp.with_options(flags=flags).build(lambda y: y.sum(-1), ones).module(ones)[0] == 2.0 ** 25 + 4098
+
+
+def _short_row_sum_bound(lanes: int) -> int:
+    """Float32 additions a value goes through in a short row's sum (vector_reduction_source.py):
+    its partial, the tree of the PARTS partials, the total (flushes), the tree of the lanes."""
+    return FLUSH_BLOCKS + 2 + (SHORT_ROW // (PARTS * FLUSH_BLOCKS) + 1) + (lanes.bit_length() - 1)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_short_float32_rows_sum_into_a_float32_total(cpp, cpp_parallel, width):
+    """A float32 row sum of static length n keeps a float32 total where n <= SHORT_ROW *
+    KILN_LANES (decided in C++ per ISA), a float64 one past it. Which one ran shows in the
+    results: on rows of integers below 2**18 every float32 partial (at most 32 values once
+    folded) is exact, so a float64 total gives the exact sum rounded once, while a float32
+    total (past 2**24) rounds along the way. Either way the error stays within the stated bound,
+    (19 + log2 KILN_LANES) * u * sum(|x|), on a large value then ones and on random values."""
+    lanes = width // 4
+    flags = (*cpp.options.flags, f"-DKILN_VECTOR_BYTES={width}")
+    u = 2.0 ** -24
+    for length in sorted({1024, SHORT_ROW * lanes, SHORT_ROW * lanes + 1}):
+        float32_total = length <= SHORT_ROW * lanes
+        torch.manual_seed(length)
+        integers = torch.randint(0, 2 ** 18, (16, length)).float()
+        big = torch.ones(16, length)
+        big[:, 0] = 2.0 ** 25
+        normal = torch.randn(16, length) * 100 + 1
+        compiled = cpp.with_options(flags=flags).build(lambda y: y.sum(-1), integers)
+        source = compiled.source
+        if length <= SHORT_ROW * MAX_LANES:  # the total's type is C++'s choice
+            assert f"kiln::sum_total<({length} <= {SHORT_ROW} * KILN_LANES)> vtotal_" in source, source
+        else:
+            assert "kiln::vf64x2 vtotal_" in source and "kiln::sum_total<" not in source, source
+        for inputs in (integers, big, normal):
+            exact = inputs.double().sum(-1)
+            result = compiled.module(inputs).double()
+            bound = _short_row_sum_bound(lanes) * u * inputs.double().abs().sum(-1)
+            assert ((result - exact).abs() <= bound).all(), (length, (result - exact).abs().max())
+        rounded_once = compiled.module(integers) == integers.double().sum(-1).float()
+        assert rounded_once.all() != float32_total, (length, rounded_once)
+        if not float32_total:  # the float64 total's own bound: only partials round
+            result = compiled.module(big).double()
+            lost = 2.0 ** 25 + length - 1 - result
+            assert ((0 <= lost) & (lost <= FLUSH_BLOCKS + PARTS - 1 + 2)).all(), lost
+    # a whole short tensor split across threads: each chunk's total, chunks combined in float64
+    values = torch.randint(0, 2 ** 18, (1000,)).float()
+    whole = cpp_parallel.with_options(flags=flags).build(lambda y: y.sum(), values)
+    assert "split in 64 chunks" in whole.source and "kiln::sum_total<(1000 <= " in whole.source
+    error = abs(whole.module(values).double() - values.double().sum())
+    assert error <= (_short_row_sum_bound(lanes) + 1) * u * values.double().sum(), error
+
+
+def test_float32_sums_of_unknown_length_or_several_dims_keep_a_float64_total(cpp):
+    x = torch.randn(4, 3, 40)
+    symbolic = cpp.check(lambda y: y.sum(-1), x[0], tracing_mode="symbolic", calls=[(torch.randn(5, 70),)],
+                         atol=1e-5, rtol=1e-5)
+    assert "kiln::vf64x2 vtotal_" in symbolic.source and "kiln::sum_total<" not in symbolic.source
+    dims = cpp.check(lambda y: y.sum((0, 2)), x.transpose(0, 1), atol=1e-5, rtol=1e-5)
+    assert "kiln::sum_total<" not in dims.source, dims.source
 
 
 def test_the_guard_catches_a_scalar_loop_and_scalar_math():

@@ -51,9 +51,13 @@ def test_reduction_loops_keep_four_independent_accumulators(cpp):
     assert compiled.source.count("// vector code, 4 accumulators") == 2
     for part in range(4):
         assert f"constexpr int part = {part};" in compiled.source
-    # the float32 sum's accumulators folded as a tree into its float64 total, then its lanes
-    fold = "vtotal_buf0 = vtotal_buf0 + kiln::widen2(((vacc_buf0[0] + vacc_buf0[1]) + (vacc_buf0[2] + vacc_buf0[3])));"
-    assert fold in compiled.source and "kiln::reduce_add(vtotal_buf0)" in compiled.source
+    # the float32 sum's accumulators folded as a tree into its total (a short row's: float32
+    # or float64 by KILN_LANES, test_codegen_cpp_vector.py), then its lanes
+    tree = "((vacc_buf0[0] + vacc_buf0[1]) + (vacc_buf0[2] + vacc_buf0[3]))"
+    assert f"vtotal_buf0 = kiln::add_partials(vtotal_buf0, {tree});" in compiled.source
+    assert "kiln::reduce_add(vtotal_buf0)" in compiled.source
+    long = cpp.check(lambda x: x.sum(-1), torch.randn(2, 5000), rtol=1e-5, atol=1e-5)
+    assert f"vtotal_buf0 = vtotal_buf0 + kiln::widen2({tree});" in long.source
 
 
 def test_first_nan_and_first_tie_across_accumulators_and_lanes(cpp):

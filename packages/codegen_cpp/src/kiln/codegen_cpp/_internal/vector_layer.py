@@ -19,6 +19,7 @@ from __future__ import annotations
 VECTOR_LAYER = r"""
 // ---- kiln's SIMD layer: vector types sized for the target ISA ----
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -209,6 +210,13 @@ template <typename V> static inline auto reduce_min(V v) { return fold_lanes(v, 
 #if KILN_LANES > 1
 static inline double reduce_add(vf64x2 v) { return reduce_add(v.lo + v.hi); }  // the tree's first step
 #endif
+// The total of a float32 row sum (vector_reduction_source.py), which its float32 partials move
+// into every few iterations: float32 lanes where the row is short (few values reach a lane, so
+// few roundings: `short_row` is a compile-time condition on KILN_LANES), float64 otherwise.
+// reduce_add folds either (the float32 one in float32).
+template <bool short_row> using sum_total = std::conditional_t<short_row, vf32, vf64x2>;
+static inline vf32 add_partials(vf32 total, vf32 partials) { return total + partials; }
+static inline vf64x2 add_partials(vf64x2 total, vf32 partials) { return total + widen2(partials); }
 // Lane-wise larger/smaller for folding accumulators (their NaNs are tracked apart).
 template <typename V> static inline V larger(V a, V b) { return a > b ? a : b; }
 template <typename V> static inline V smaller(V a, V b) { return a < b ? a : b; }

@@ -7,10 +7,31 @@ of several cycles, a throughput of one or two per cycle). After the loop the par
 as a tree, then the lanes of the result as a tree (`kiln::reduce_*`).
 
 Semantics are the scalar loops' (`reduction_source.py`), except that a float32 sum adds in
-float32 lanes, each lane's partial sum moved into a float64 total every FLUSH_BLOCKS iterations
-(`vector_loops.vector_reduction_loop`): at most FLUSH_BLOCKS + PARTS values per float32 partial,
-so the error stays near a float64 sum's rounded once (stated and tested in
-`tests/test_codegen_cpp_vector.py`), and the hot loop has no conversion; max/min note NaNs in a mask, and any NaN makes the result NaN; argmax/argmin keep, per
+float32 lanes, the PARTS partials moved (folded as a tree) into a total every FLUSH_BLOCKS
+iterations and after the loop (`vector_loops.vector_reduction_loop`), so a partial's lane adds
+at most FLUSH_BLOCKS values and the hot loop has no conversion. Its accuracy, u = 2**-24 (stated
+and tested in `tests/test_codegen_cpp_vector.py`):
+
+* a long row (more than SHORT_ROW values per lane), a symbolic length, or several reduction
+  dims: a float64 total (`kiln::vf64x2`), folded in float64 and rounded to float once. Each
+  value goes through at most FLUSH_BLOCKS + 2 float32 additions (its partial, the tree of the
+  parts), so |error| <= (FLUSH_BLOCKS + 2) * u * sum(|x|) + the final rounding, whatever the
+  length (a large value then ones: at most FLUSH_BLOCKS + PARTS - 1 ones lost).
+* a short row (one reduction dim of static length n <= SHORT_ROW * KILN_LANES, decided in C++
+  per ISA: `kiln::sum_total<(n <= SHORT_ROW * KILN_LANES)>`): a float32 total, folded in
+  float32 (the float64 conversions and fold cost 10-15% of an rmsnorm over rows of 1024). A
+  value goes through at most FLUSH_BLOCKS + 2 + (SHORT_ROW / (PARTS * FLUSH_BLOCKS) + 1) +
+  log2(KILN_LANES) = 19 + log2(KILN_LANES) <= 23 float32 additions (partial, parts, total,
+  lanes), so |error| <= 23 * u * sum(|x|) (about 1.4e-6 * sum(|x|)), whatever the values.
+  Split across threads (`vector_loops.split_reduction_lines`), each chunk's sum is so bounded
+  and the chunks' float64 combination is rounded once more. Like eager's float32 sum, its lanes
+  may overflow where a float64 total would not (a cancelling sum of values near the maximum).
+
+Sums over outer dims (`start_lanewise_reduction`: one output per lane, no lane fold) keep
+their float64 total whatever the length: its cost, one conversion per LANEWISE_RUN values and
+one narrowing per KILN_LANES outputs, is not a fold per row.
+
+max/min note NaNs in a mask, and any NaN makes the result NaN; argmax/argmin keep, per
 lane, the best value and its position (a strictly better value, or the first NaN, replaces
 them), and the folds break ties by the lower position, so the result is eager's first index
 (the first NaN's, when there is one).
@@ -24,6 +45,10 @@ from collections.abc import Sequence
 from .reduction_source import PendingReduction, lowest_first
 
 PARTS = 4
+# A float32 row sum whose lanes each add at most this many values keeps a float32 total (see
+# above); MAX_LANES is the widest ISA's KILN_LANES (AVX-512), past which no ISA's row is short.
+SHORT_ROW = 256
+MAX_LANES = 16
 _FLOATS = ("float", "double")
 # The vector type of an accumulator, by the C++ type of the value reduced.
 _ACCUMULATORS = {"float": "kiln::vf32", "double": "kiln::vf64", "int64_t": "kiln::vi64", "int32_t": "kiln::vi32",
@@ -45,24 +70,34 @@ def _declare(vector: str, name: str, init: str) -> str:
     return f"{vector} {name}[{PARTS}] = {{{', '.join([init] * PARTS)}}};"
 
 
-def _float32_sum(name: str, value: str) -> PendingReduction:
-    """A float32 sum: float32 accumulators, their partial sums moved into a float64 total
-    (`kiln::vf64x2`, two registers) every FLUSH_BLOCKS iterations and after the loop, so a
-    float32 lane adds up at most FLUSH_BLOCKS + PARTS values (one add per element in the hot
-    loop, no conversion); the total is rounded to float once."""
+def _float32_sum(name: str, value: str, length: int | None) -> PendingReduction:
+    """A float32 sum: float32 accumulators, their partial sums moved into a total every
+    FLUSH_BLOCKS iterations and after the loop, so a float32 partial adds up at most
+    FLUSH_BLOCKS values (one add per element in the hot loop, no conversion). The total is
+    float64 (`kiln::vf64x2`, two registers) unless the row is short (`length`, a static
+    length, at most SHORT_ROW values per lane; None: unknown or several dims): then C++ picks
+    float32 lanes on the ISAs whose KILN_LANES make it short. The result is rounded to float."""
     acc, vacc, total = f"acc_{name}", f"vacc_{name}", f"vtotal_{name}"
-    flush = (f"{total} = {total} + kiln::widen2({_tree('({} + {})', _parts(vacc))});",
-             " = ".join(_parts(vacc)) + " = kiln::vf32{};")
+    partials = _tree('({} + {})', _parts(vacc))
+    if length is None or length > SHORT_ROW * MAX_LANES:
+        declare_total = f"kiln::vf64x2 {total} = {{}};"
+        add = f"{total} = {total} + kiln::widen2({partials});"
+    else:
+        short = f"{length} <= {SHORT_ROW} * KILN_LANES"
+        declare_total = (f"kiln::sum_total<({short})> {total} = {{}};  // float32 if {short} (a short row: "
+                         f"few roundings a lane), else float64")
+        add = f"{total} = kiln::add_partials({total}, {partials});"
+    flush = (add, " = ".join(_parts(vacc)) + " = kiln::vf32{};")
     finish = (f"auto {acc} = kiln::reduce_add({total});", f"float sum_{name} = static_cast<float>({acc});")
-    declarations = (_declare("kiln::vf32", vacc, "kiln::vf32{}"), f"kiln::vf64x2 {total} = {{}};")
+    declarations = (_declare("kiln::vf32", vacc, "kiln::vf32{}"), declare_total)
     update = (f"{vacc}[part] = {vacc}[part] + kiln::active_or({value}, 0, active);",)
     return PendingReduction("sum", declarations, update, finish, "", f"sum_{name}", acc, "double", 1, "({} + {})",
                             flush)
 
 
-def _sum_or_product(name: str, reduction_type: str, ctype: str, value: str) -> PendingReduction:
+def _sum_or_product(name: str, reduction_type: str, ctype: str, value: str, length: int | None) -> PendingReduction:
     if ctype == "float" and reduction_type == "sum":
-        return _float32_sum(name, value)
+        return _float32_sum(name, value, length)
     acc, vacc = f"acc_{name}", f"vacc_{name}"
     vector = _ACCUMULATORS[ctype]
     identity, op = ("0", "+") if reduction_type == "sum" else ("1", "*")
@@ -118,19 +153,20 @@ def _arg_extremum(name: str, reduction_type: str, ctype: str, value: str, positi
 
 
 def start_vector_reduction(name: str, reduction_type: str, ctype: str, value: str | tuple[str, str],
-                           body: Sequence[str]) -> PendingReduction | None:
+                           body: Sequence[str], length: int | None = None) -> PendingReduction | None:
     """`reduction_source.start_reduction` for vector values (KILN_LANES elements, `active` of
     them real; for argmax/argmin a pair of vectors: values and their int64 positions): the
     accumulators (PARTS arrays), the loop body (the statements of `body`, then the update of
-    accumulator `part`) and the folds after the loop. None when this reduction has no vector
-    version."""
+    accumulator `part`) and the folds after the loop. `length`: the reduction's length where it
+    is one static dim (a float32 sum's total depends on it), else None. None when this
+    reduction has no vector version."""
     pending = None
     if reduction_type in ("argmax", "argmin") and ctype in _ACCUMULATORS and ctype != "bool":
         pending = _arg_extremum(name, reduction_type, ctype, *value)
     elif isinstance(value, tuple):
         return None
     elif reduction_type in ("sum", "prod") and ctype in _ACCUMULATORS and ctype != "bool":
-        pending = _sum_or_product(name, reduction_type, ctype, value)
+        pending = _sum_or_product(name, reduction_type, ctype, value, length)
     elif reduction_type in ("max", "min") and ctype in _ACCUMULATORS:
         pending = _extremum(name, reduction_type, ctype, value)
     if pending is None:

@@ -250,7 +250,9 @@ class CppVectorHandler(CppHandler):
         if self.across_outputs:
             pending = start_lanewise_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
         else:
-            pending = start_vector_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
+            ranges = self.node.reduction_ranges  # one static dim: a row whose length the code may use
+            length = int(ranges[0]) if len(ranges) == 1 and sympy.sympify(ranges[0]).is_Integer else None
+            pending = start_vector_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body(), length)
         if pending is None:
             raise NotVectorizable(f"a {reduction_type} reduction of {dtype}")
         self.pending_reduction = pending
