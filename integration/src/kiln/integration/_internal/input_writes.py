@@ -71,6 +71,68 @@ def _writeback(parted: fx.GraphModule, node: fx.Node) -> Writeback | None:
     return Writeback(node, call.target, position, list(call.args).index(target))
 
 
+def request_donations(parted: fx.GraphModule) -> int:
+    """Ask each region to store an output into the memory of an input that dies there: a value
+    computed in this graph by an ATen call outside the regions (a convolution, say) that returns
+    a tensor of its own (no view, no alias), read by that region alone, with the output's dtype,
+    device and sizes. Where loopir finds it safe (`input_stores.py`: only the storing node reads
+    that input, each element at the index it stores), the kernel writes its result over the dead
+    value, as Inductor reuses such buffers: no new output allocated, the values still in cache
+    (channels-last conv + batch norm + relu on a CPU: the batch norm and ReLU in place). Returns
+    how many were asked."""
+    asked = 0
+    for call in parted.graph.nodes:
+        if call.op != "call_module" or call.kwargs:
+            continue
+        region = parted.get_submodule(call.target)
+        if not isinstance(region, fx.GraphModule):
+            continue
+        outputs = _region_outputs(call)
+        requested = list(region.meta.get(WRITES_KEY, ()))
+        taken_outputs, taken_inputs = {o for o, _ in requested}, {i for _, i in requested}
+        for position, value in enumerate(call.args):
+            if position in taken_inputs or not _dies_here(value, call):
+                continue
+            for out_pos, out in outputs.items():
+                if out_pos not in taken_outputs and _same_tensor_kind(value, out) and _same_strides(value, out):
+                    requested.append((out_pos, position))
+                    taken_outputs.add(out_pos)
+                    taken_inputs.add(position)
+                    asked += 1
+                    break
+        if requested:
+            region.meta[WRITES_KEY] = tuple(requested)
+    return asked
+
+
+def _dies_here(value: object, call: fx.Node) -> bool:
+    """`value` is a fresh tensor an ATen call outside the regions made, read by `call` alone, once."""
+    if not isinstance(value, fx.Node) or value.op != "call_function" or set(value.users) != {call}:
+        return False
+    if list(call.args).count(value) != 1:
+        return False
+    target = value.target
+    if not isinstance(target, torch._ops.OpOverload) or target.is_view:
+        return False
+    schema = target._schema
+    return (not schema.is_mutable and len(schema.returns) == 1 and schema.returns[0].alias_info is None
+            and isinstance(value.meta.get("val"), torch.Tensor))
+
+
+def _region_outputs(call: fx.Node) -> dict[int, fx.Node]:
+    """The region's outputs the graph reads, by position (a call whose single output is read whole: position 0)."""
+    found = {}
+    for user in call.users:
+        if user.op == "call_function" and user.target is operator.getitem and isinstance(user.args[1], int):
+            found.setdefault(user.args[1], user)
+    return found
+
+
+def _same_strides(a: fx.Node, b: fx.Node) -> bool:
+    x, y = a.meta.get("val"), b.meta.get("val")
+    return [str(n) for n in x.stride()] == [str(n) for n in y.stride()]
+
+
 def _region_output(value: fx.Node) -> tuple[fx.Node | None, int]:
     """(the region call, output position) that `value` is, or (None, 0)."""
     if value.op == "call_module":

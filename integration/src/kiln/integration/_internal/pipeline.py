@@ -27,7 +27,12 @@ from .debug import DebugDump
 from .flatten import inline_regions
 from .graph_cache import TrainingParts
 from .graph_key import shape_guards
-from .input_writes import append_writebacks, drop_stored_writebacks, request_input_writes
+from .input_writes import (
+    append_writebacks,
+    drop_stored_writebacks,
+    request_donations,
+    request_input_writes,
+)
 from .lookup import Lookup
 from .options import KilnOptions
 from .output_aliases import view_mutated_inputs
@@ -178,6 +183,8 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
     # a region that stores a mutated input's new value itself replaces its write-back copy_;
     # not when each region's first call is compared with eager's (`verify_calls`), which reads its inputs again
     writebacks = request_input_writes(parted) if not options.verify_calls else []
+    if not options.verify_calls:  # outputs stored over inputs that die in their region
+        request_donations(parted)
     mark_private_outputs(parted, aten.meta.get(autograd_trace.INTERNAL_OUTPUTS, ()))
     results = compile_regions(parted, codegen, dump, stages, check, options, prefix, output_views)
     drop_stored_writebacks(parted, writebacks, results.stored_inputs)

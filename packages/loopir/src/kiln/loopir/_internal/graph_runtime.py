@@ -92,18 +92,25 @@ def copied_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset
 def stored_inputs(tensors: tuple[torch.Tensor, ...], written: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     """`tensors`, graph inputs kernels stored their new values into (`Kernel.stored_inputs`),
     once those kernels ran: `written` holds the kernels' outputs, each its input itself when the
-    runtime passed it as the output's storage. A copy (`ensure_layout` copied an input of another
+    runtime passed it as the output's storage, or a view of it with its layout (a kernel buffer in
+    another dim order, read back with the input's strides). A copy (`ensure_layout` copied an input of another
     layout, or a runtime that allocates its outputs) is copied back into its input. Version
     counters move as an in-place op's do (autograd's checks of saved tensors)."""
     stored = []
     for tensor, value in zip(tensors, written):
-        if value is tensor:
+        if value is tensor or _same_elements(value, tensor):
             stored.append(tensor)
         else:
             tensor.copy_(value)
     if stored:
         _INCREMENT_VERSION(stored)
     return tensors
+
+
+def _same_elements(value: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """Whether `value` addresses exactly `tensor`'s elements (same memory, sizes and strides)."""
+    return (value.data_ptr() == tensor.data_ptr() and value.dtype == tensor.dtype and value.shape == tensor.shape
+            and value.stride() == tensor.stride() and value.device == tensor.device)
 
 
 _INCREMENT_VERSION = torch._C._increment_version  # what torch.autograd.graph.increment_version calls

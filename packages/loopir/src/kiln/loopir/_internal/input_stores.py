@@ -12,7 +12,9 @@ made, so it drops their copies; the others stay the caller's copies, as before.
 
 A write is made only where it is safe, else left to the caller:
 - the output is a buffer of a kernel's `Pointwise` or `Reduction` node (not an input passed
-  through, an extern's result, a scan or a scatter), of the input's dtype, sizes and strides;
+  through, an extern's result, a scan or a scatter), of the input's dtype, sizes and strides
+  (or a dense buffer in its own dim order that the output reads with the input's layout: each
+  element lands where the input holds it; then no later kernel may read that buffer);
 - no other output views that buffer or the input, and no other write targets the input;
 - no kernel or extern after that kernel reads the input (they would read the old value);
 - inside that kernel only that node reads the input, and only at the index it stores (each
@@ -87,15 +89,34 @@ def _writing_kernel(lowered: LoweredGraph, items: list, out_pos: int, target: Bu
         return None
     kernel = items[position]
     node = next(n for n in kernel.nodes if n.name == value.buffer)
-    if type(node.body) not in (Pointwise, Reduction) or not _same_layout(node.spec, target):
+    if type(node.body) not in (Pointwise, Reduction) or not _stores_as(node.spec, value, target):
         return None
     if any(target.name in _reads(item) for item in items[position + 1:]):
         return None
+    if not _same_layout(node.spec, target) and any(value.buffer in _reads(item) for item in items[position + 1:]):
+        return None  # later kernels would get the input's shape where they read the buffer's
     return (position, node) if _reads_only_where_stored(kernel, node, target.name) else None
 
 
 def _same_layout(value: StridedView | BufferSpec, target: BufferSpec) -> bool:
     return same_exprs(value.size, target.size) and same_exprs(value.stride, target.stride)
+
+
+def _stores_as(spec: BufferSpec, value: StridedView, target: BufferSpec) -> bool:
+    """Whether the node's buffer (`spec`) puts every element where `target` holds it: the same
+    layout, or a dense buffer in its own dim order (a channels-last value computed over
+    (N, H, W, C) loops) that the output `value` reads with `target`'s layout from offset 0."""
+    if _same_layout(spec, target):
+        return True
+    dense, expected = [], sympy.Integer(1)
+    for extent in reversed(spec.size):
+        dense.insert(0, expected)
+        expected = expected * extent
+    target_count = sympy.Integer(1)
+    for extent in target.size:
+        target_count = target_count * extent
+    return (same_exprs(spec.stride, dense) and sympy.simplify(expected - target_count) == 0
+            and _same_layout(value, target))
 
 
 def _reads(item: object) -> set[str]:

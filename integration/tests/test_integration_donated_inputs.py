@@ -1,0 +1,100 @@
+"""Values computed outside the regions (an ATen call kiln leaves to eager, here a convolution)
+that die in a region are overwritten by its kernel's output (`input_writes.request_donations`,
+loopir's `input_stores.py`), as Inductor reuses the buffer: results stay eager's, the caller's
+tensors are never written, and a value something else still reads is never taken."""
+
+import pytest
+import torch
+
+from kiln.integration import backend
+from kiln.loopir._internal import graph_runtime, input_stores
+
+CODEGENS = ["cpu", "cuda"]  # codegen_cpp; codegen_triton (Triton's interpreter on CPU tensors)
+WRITTEN = []  # per stored_inputs call: whether each input was written by its kernel itself
+
+
+@pytest.fixture(autouse=True)
+def record_stored_inputs(monkeypatch):
+    WRITTEN.clear()
+    original = graph_runtime.stored_inputs
+
+    def recorded(tensors, written):
+        WRITTEN.append([value is tensor or graph_runtime._same_elements(value, tensor)
+                        for tensor, value in zip(tensors, written)])
+        return original(tensors, written)
+
+    monkeypatch.setattr(graph_runtime, "stored_inputs", recorded)
+    monkeypatch.setattr(input_stores, "stored_inputs", recorded)
+
+
+class ConvBnRelu(torch.nn.Module):
+    def __init__(self, also_conv: bool = False):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.also_conv = also_conv
+
+    def forward(self, x):
+        y = self.conv(x)
+        out = torch.relu(self.bn(y))
+        return (out, y) if self.also_conv else out
+
+
+def _compiled(fn, codegen, reports):
+    def compile_graph(gm, example_inputs):
+        module = backend(gm, example_inputs, options={"codegen": codegen})  # the convolution stays ATen's
+        reports.append(module)
+        return module
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=compile_graph)
+
+
+def _image(channels_last):
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 6, 5)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batch_norm_and_relu_overwrite_the_dead_convolution_output(codegen, channels_last):
+    model = ConvBnRelu().eval().to(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    x = _image(channels_last)
+    before = x.clone()
+    compiled = _compiled(model, codegen, [])
+    with torch.no_grad():
+        for _ in range(2):
+            got = compiled(x)
+            want = model(x)
+            torch.testing.assert_close(got, want)
+            assert got.stride() == want.stride()
+    assert WRITTEN and all(row == [True] for row in WRITTEN)  # the kernel wrote the convolution's output
+    torch.testing.assert_close(x, before, rtol=0, atol=0)  # the caller's input untouched
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_a_value_the_graph_also_returns_is_not_taken(codegen):
+    model = ConvBnRelu(also_conv=True).eval()
+    x = _image(False)
+    with torch.no_grad():
+        out, y = _compiled(model, codegen, [])(x)
+        want_out, want_y = model(x)
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(y, want_y)  # not overwritten by the batch norm
+    assert not WRITTEN
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_a_value_read_after_the_region_is_not_taken(codegen):
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+
+    def fn(x):
+        y = conv(x)
+        z = torch.relu(y * 2 + 1)
+        return torch.nn.functional.conv2d(z, conv.weight, padding=1) + y  # y read again after z's region
+
+    x = _image(False)
+    with torch.no_grad():
+        got = _compiled(fn, codegen, [])(x)
+        want = fn(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
