@@ -39,3 +39,36 @@ def test_a_view_of_a_buffer_read_again_is_copied_only_without_output_views():
         assert transposed.stride() == (1, 5)
         assert ("copied_view" in kg.gm.code) == (not output_views)
         assert (transposed._base is None) == (not output_views)
+
+
+def _kernel_count(kg) -> int:
+    return sum(1 for node in kg.gm.graph.nodes if node.op == "call_function" and "kernel" in str(node.target))
+
+
+def test_a_cat_of_one_stored_part_reads_it_where_it_lies_unless_the_graph_returns_it():
+    """HF's key/value cache appends a step's values to an empty tensor: that cat reads the
+    matmul's result in place (no copy kernel before the next matmul). Returned, or of a graph
+    input, the cat is eager's fresh tensor."""
+    x, w, empty, none = torch.randn(8, 6), torch.randn(6, 6), torch.randn(0, 8), torch.randn(0, 6)
+
+    def fed_on(x, w, empty):
+        v = torch.cat([empty, (x @ w).t()], 0)  # (6, 8), a transposed view of the matmul's result
+        return v @ x
+
+    kg = _lowered(fed_on, x, w, empty)
+    assert _kernel_count(kg) == 0, kg.gm.code
+    torch.testing.assert_close(kg(x, w, empty), fed_on(x, w, empty))
+
+    def returned(x, w, empty):
+        v = torch.cat([empty, (x @ w).t()], 0)
+        return v @ x, v
+
+    kg = _lowered(returned, x, w, empty)
+    product, v = kg(x, w, empty)
+    torch.testing.assert_close(v, (x @ w).t().contiguous())
+    assert v.is_contiguous() and v._base is None
+
+    out = _lowered(lambda x, empty: torch.cat([empty, x], 0) @ w, x, none)(x, none)
+    torch.testing.assert_close(out, x @ w)
+    kept = _lowered(lambda x, empty: torch.cat([empty, x], 0), x, none)(x, none)
+    assert kept.data_ptr() != x.data_ptr()  # never the input's memory

@@ -23,8 +23,8 @@ import torch
 from .lower_pointwise import broadcast_load, constant, out_dtype_size
 from .lower_views import _slice_start, diagonal_dims, runtime_index
 from .registry import Lowerings
-from .sizes import Expr, FloorDiv, to_expr
-from .values import Lazy
+from .sizes import Expr, FloorDiv, same_exprs, to_expr
+from .values import Lazy, StridedView
 
 aten = torch.ops.aten
 TABLE = Lowerings()
@@ -69,6 +69,8 @@ def lower_cat(ctx, node, tensors, dim=0):
     parts = [t for t in tensors if len(t.size) == len(size) and t.size[dim] != 0]
     if not parts:
         return Lazy(dtype, size, lambda ops, index: constant(ops, 0, dtype), (node.name,))
+    if len(parts) == 1 and _passes_through(ctx, node, parts[0], dtype, size):
+        return parts[0]
     starts = [sympy.Integer(0)]
     for part in parts[:-1]:
         starts.append(starts[-1] + part.size[dim])
@@ -86,6 +88,18 @@ def lower_cat(ctx, node, tensors, dim=0):
         return result
 
     return Lazy(dtype, size, inner, (node.name,))
+
+
+def _passes_through(ctx: Any, node: Any, part: Any, dtype: torch.dtype, size: Sequence[Expr]) -> bool:
+    """Whether a cat of one non-empty part (Hugging Face's key/value cache appends each step's
+    keys to an empty tensor) may read that part where it lies instead of copying it: a value a
+    step of this graph stored (not a graph input, whose memory eager's cat would not share), of
+    the cat's dtype and sizes, and the cat no output of the graph (its strides are then seen by
+    nothing; Inductor drops such a cat too)."""
+    from .lower import step_names  # lower imports the lowering tables
+    return (isinstance(part, StridedView) and part.dtype == dtype and same_exprs(part.size, size)
+            and not any(user.op == "output" for user in node.users)
+            and any(part.buffer in step_names(step) for step in ctx.steps))
 
 
 @TABLE.register("pointwise", aten.constant_pad_nd.default)
