@@ -98,3 +98,22 @@ def test_a_value_read_after_the_region_is_not_taken(codegen):
         got = _compiled(fn, codegen, [])(x)
         want = fn(x)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_only_fresh_values_of_aten_calls_are_offered():
+    """A clone's result may be overwritten; a graph input, a view, or an `_unsafe_view` (which
+    shares its input's memory though its schema does not say so) never."""
+    from kiln.integration._internal.input_writes import _dies_here
+    aten = torch.ops.aten
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.randn(2, 3)
+    made = {}
+    for name, target, args in [("clone", aten.clone.default, (x,)), ("unsafe", aten._unsafe_view.default, (x, [3, 2])),
+                               ("view", aten.view.default, (x, [3, 2]))]:
+        made[name] = graph.call_function(target, args)
+        made[name].meta["val"] = torch.randn(2, 3)
+    call = graph.call_module("region", (x, *made.values()))
+    graph.output(call)
+    assert _dies_here(made["clone"], call)
+    assert not any(_dies_here(made[name], call) for name in ("unsafe", "view")) and not _dies_here(x, call)

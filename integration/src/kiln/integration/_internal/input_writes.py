@@ -112,11 +112,16 @@ def _dies_here(value: object, call: fx.Node) -> bool:
     if list(call.args).count(value) != 1:
         return False
     target = value.target
-    if not isinstance(target, torch._ops.OpOverload) or target.is_view:
+    if not isinstance(target, torch._ops.OpOverload) or target.is_view or target in _SHARES_STORAGE:
         return False
     schema = target._schema
     return (not schema.is_mutable and len(schema.returns) == 1 and schema.returns[0].alias_info is None
             and isinstance(value.meta.get("val"), torch.Tensor))
+
+
+# Ops whose result shares its input's memory although their schemas say nothing of it.
+_SHARES_STORAGE = frozenset(op for op in (getattr(aten, "_unsafe_view", None), getattr(aten, "lift", None))
+                            for op in ((op.default,) if op is not None else ()))
 
 
 def _region_outputs(call: fx.Node) -> dict[int, fx.Node]:
