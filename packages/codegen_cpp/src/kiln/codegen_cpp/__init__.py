@@ -7,21 +7,13 @@ from ._internal.build import CppCompileError
 from ._internal.options import CppCodegenError, CppOptions
 from ._internal.plugin import CODEGEN
 
-
-def release_output_pool() -> int:
-    """Free the pooled large output storages no tensor uses any more (see `_internal/output_pool.py`);
-    returns the bytes released."""
-    from ._internal.output_pool import release
-    return release()
-
-
 __all__ = ["compile", "generate", "verify", "CppOptions", "CppArtifacts", "CppCompileError", "CppCodegenError", "CODEGEN",
            "release_output_pool"]
 
 # The source generators are imported on first use: a process whose kernels all come from kiln's
 # whole-graph cache (pickled `CompiledKernel`s re-opening their libraries) never generates C++.
 _ON_FIRST_USE = {"compile": "._internal.api", "generate": "._internal.api", "verify": "._internal.api",
-                 "CppArtifacts": "._internal.api"}
+                 "CppArtifacts": "._internal.api", "release_output_pool": "._internal.output_pool"}
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,7 @@ output of that byte size takes it, as a plain tensor (not a view) set on it. The
 most `max_bytes` in all (`KILN_CPU_OUTPUT_POOL_MB`, default 512; 0 turns it off): past that, free
 storages go least recently used first, and when every pooled storage is in use the output is an
 ordinary allocation. So the memory it keeps beyond what the program holds is at most the free
-part of `max_bytes`; `release()` (`kiln.codegen_cpp.release_output_pool()`) drops the free ones
+part of `max_bytes`; `release_output_pool()` drops the free ones
 now. The storages are ordinary CPU storages: resizable, and an output keeps eager's sizes,
 strides and byte size.
 """
@@ -144,6 +144,7 @@ EMPTY_STRIDED_CPU = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards"
 POOL = OutputPool(EMPTY_STRIDED_CPU, _max_bytes_from_environment())
 
 
-def release() -> int:
-    """`kiln.codegen_cpp.release_output_pool()`: free the pooled output storages no tensor uses."""
+def release_output_pool() -> int:
+    """Free the pooled output storages no tensor uses (`kiln.codegen_cpp.release_output_pool`);
+    returns the bytes released."""
     return POOL.release()

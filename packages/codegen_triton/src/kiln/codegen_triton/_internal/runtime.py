@@ -315,8 +315,7 @@ class TritonKernel:
         then moves 32 bytes per access, as with float32 (H200, 2^27 bfloat16 elements, CUDA graph
         replays: gelu 64.7 -> 70.0% of copy, tanh gelu 78.0 -> 81.1, x * 2 + 1 and silu within 0.7
         points; float32 best at 1024)."""
-        widths = {torch.empty((), dtype=d).element_size() for d in (*self._in_dtypes,
-                                                                     *(o.dtype for o in self.kernel.outputs))}
+        widths = {d.itemsize for d in (*self._in_dtypes, *(o.dtype for o in self.kernel.outputs))}
         return self.options.xblock * 2 if widths == {2} else self.options.xblock
 
     @functools.cached_property

@@ -35,7 +35,7 @@ from .graph_runtime import stored_inputs
 from .ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction
 from .lower import LoweredGraph
 from .schedule import Schedule
-from .sizes import same_exprs
+from .sizes import contiguous_strides, numel, same_exprs
 from .values import StridedView
 
 STORED_INPUTS = "stored_inputs"  # kernel graph gm.meta key: {output position: input position} written
@@ -108,15 +108,8 @@ def _stores_as(spec: BufferSpec, value: StridedView, target: BufferSpec) -> bool
     (N, H, W, C) loops) that the output `value` reads with `target`'s layout from offset 0."""
     if _same_layout(spec, target):
         return True
-    dense, expected = [], sympy.Integer(1)
-    for extent in reversed(spec.size):
-        dense.insert(0, expected)
-        expected = expected * extent
-    target_count = sympy.Integer(1)
-    for extent in target.size:
-        target_count = target_count * extent
-    return (same_exprs(spec.stride, dense) and sympy.simplify(expected - target_count) == 0
-            and _same_layout(value, target))
+    return (same_exprs(spec.stride, contiguous_strides(spec.size))
+            and sympy.simplify(numel(spec.size) - numel(target.size)) == 0 and _same_layout(value, target))
 
 
 def _reads(item: object) -> set[str]:
