@@ -192,7 +192,7 @@ def test_unknown_option_lists_valid_keys():
 @pytest.mark.parametrize(("options", "message"), [
     ({"codegen": "metal"}, r"codegen='metal' names no codegen; registered under 'kiln.codegen': cpu, cuda, reference"),
     ({"fallback": "no"}, r"fallback must be bool, got 'no' \(str\)"),
-    ({"parallel_threshold": "big"}, r"parallel_threshold must be int, got 'big'"),
+    ({"parallel_threshold": "big"}, r"parallel_threshold must be int or None, got 'big'"),
     ({"min_region_size": True}, r"min_region_size must be int, got True \(bool\)"),
     ({"bias_epilogues": 1}, r"bias_epilogues must be bool or None"),
 ])

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kiln.integration import backend
+from kiln.integration._internal import conv_batch_norm
 from kiln.loopir._internal import graph_runtime, input_stores
 
 CODEGENS = ["cpu", "cuda"]  # codegen_cpp; codegen_triton (Triton's interpreter on CPU tensors)
@@ -25,6 +26,9 @@ def record_stored_inputs(monkeypatch):
 
     monkeypatch.setattr(graph_runtime, "stored_inputs", recorded)
     monkeypatch.setattr(input_stores, "stored_inputs", recorded)
+    # the donations themselves are under test: channels-last CPU conv + batch norm would
+    # otherwise be one oneDNN call with nothing left to donate to (test_integration_conv_batch_norm.py)
+    monkeypatch.setattr(conv_batch_norm, "ENABLED", False)
 
 
 class ConvBnRelu(torch.nn.Module):

@@ -54,3 +54,22 @@ def test_the_plugin_builds_validated_options_from_backend_settings(tmp_path):
         CODEGEN.make_options({"parallel_threshold": "big"})
     options = CODEGEN.make_options({"parallel_threshold": 7, "cache_dir": tmp_path, "openmp": False})
     assert (options.parallel_threshold, options.openmp, options.cache_dir) == (7, False, tmp_path / "cpp")
+
+
+@pytest.mark.parametrize("policy, expected", [(None, "PARALLEL_THRESHOLD"), ("active", "PARALLEL_THRESHOLD"),
+                                              ("passive", "PASSIVE_PARALLEL_THRESHOLD"),
+                                              (" PASSIVE ", "PASSIVE_PARALLEL_THRESHOLD")])
+def test_the_default_parallel_threshold_follows_the_openmp_wait_policy(tmp_path, monkeypatch, policy, expected):
+    """Under passive waiting each parallel region wakes sleeping threads (70-100 us measured), so
+    loops run on one thread up to a larger size; an explicit threshold always wins."""
+    from kiln.codegen_cpp._internal import options as module
+
+    if policy is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+    assert module.PASSIVE_PARALLEL_THRESHOLD > module.PARALLEL_THRESHOLD
+    assert CppOptions(cache_dir=tmp_path).parallel_threshold == getattr(module, expected)
+    assert CODEGEN.make_options({"parallel_threshold": None, "cache_dir": tmp_path}).parallel_threshold == \
+        getattr(module, expected)
+    assert CppOptions(cache_dir=tmp_path, parallel_threshold=5).parallel_threshold == 5

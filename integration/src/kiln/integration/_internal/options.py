@@ -36,7 +36,8 @@ class KilnOptions:
     min_region_size: regions with fewer ATen ops than this stay as eager ATen calls.
     fallback: when a graph or region cannot be compiled, run it eagerly (True) or raise (False).
     verify: run every stage's `verify()` between stages (always on when debug_dir is set).
-    openmp / parallel_threshold: C++ codegen parallelism.
+    openmp / parallel_threshold: C++ codegen parallelism (parallel_threshold None: the codegen's
+        default, which for C++ depends on OMP_WAIT_POLICY: codegen_cpp's `default_parallel_threshold`).
     codegen: None picks the codegen by the inputs' device ("cpu": C++, "cuda": Triton); a name
         forces one (e.g. "cuda" on CPU tensors runs Triton's interpreter, TRITON_INTERPRET=1;
         "reference" runs kernels on loopir's reference evaluator), any `kiln.codegen` entry point.
@@ -75,7 +76,7 @@ class KilnOptions:
     fallback: bool = True
     verify: bool = False
     openmp: bool = True
-    parallel_threshold: int = 32768
+    parallel_threshold: int | None = None
     codegen: str | None = None
     partitioner: str = "min_cut"
     bias_epilogues: bool | None = None
@@ -100,7 +101,7 @@ class KilnOptions:
                 object.__setattr__(self, name, pathlib.Path(value))
         if self.min_region_size < 1:
             raise OptionsError(f"min_region_size must be >= 1, got {self.min_region_size}")
-        if self.parallel_threshold < 0:
+        if self.parallel_threshold is not None and self.parallel_threshold < 0:
             raise OptionsError(f"parallel_threshold must be >= 0, got {self.parallel_threshold}")
         if self.verify_calls < 0:
             raise OptionsError(f"verify_calls must be >= 0, got {self.verify_calls}")
@@ -153,7 +154,7 @@ class KilnOptions:
 _PATH = (str, os.PathLike, type(None))
 _TYPES: dict[str, tuple[type, ...]] = {
     "debug_dir": _PATH, "cache_dir": _PATH, "min_region_size": (int,), "fallback": (bool,), "verify": (bool,),
-    "openmp": (bool,), "parallel_threshold": (int,), "codegen": (str, type(None)), "partitioner": (str,),
+    "openmp": (bool,), "parallel_threshold": (int, type(None)), "codegen": (str, type(None)), "partitioner": (str,),
     "bias_epilogues": (bool, type(None)), "verify_calls": (int,), "fill_uninitialized": (bool,),
     "round_low_precision": (bool,), "sync_checks": (bool,), "autotune": (bool,), "graph_cache": (bool,),
     "graph_cache_max_bytes": (int,),

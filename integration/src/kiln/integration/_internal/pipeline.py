@@ -23,6 +23,7 @@ from kiln import autograd_trace, capture, decomp, loopir, partition
 from . import codegens
 from .attention_masks import densify_attention_masks
 from .comm_buckets import bucket_all_reduces
+from .conv_batch_norm import fold_conv_batch_norms
 from .debug import DebugDump
 from .flatten import inline_regions
 from .graph_cache import TrainingParts
@@ -94,6 +95,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
             if check:
                 autograd_trace.verify(aten)
             view_mutated_inputs(aten)  # after the check: its views follow the trailing write-backs
+            fold_conv_batch_norms(aten)  # CPU conv + eval batch norm (+ ReLU): one oneDNN call
         module, compiled = compile_aten(aten, options, codegen, dump, stages, check)
     report = _report(index, compiled, stages, location, training=training, compiled_autograd=compiled_autograd)
     added_guards = len(shape_guards(example_inputs)) - guards

@@ -29,7 +29,10 @@ from typing import Any
 
 import torch
 
-MIN_BYTES = 1 << 20  # smaller outputs come and go through malloc's bins and stay resident
+# glibc's default mmap threshold: a block at least this large may be mapped afresh on every call
+# (a channels-last conv's folded 147 KiB weights faulted in 77 pages a call, `conv_batch_norm.py`);
+# smaller outputs come and go through malloc's bins and stay resident.
+MIN_BYTES = 128 << 10
 _DEFAULT_MAX_MB = 512
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
 
