@@ -26,6 +26,7 @@ from .options import CppOptions
 from .parallel_scan_source import parallel_scan_lines
 from .printer import cpp_expr
 from .reduction_source import reduction_lines
+from .stream_stores import with_stream_stores
 from .vector_blocks import blocked_vector_loop
 from .vector_hoist import hoist_lane_values
 from .vector_layer import VECTOR_LAYER
@@ -405,6 +406,8 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
         lines = _with_fail_reduction(lines)
         lines.append("    if (kiln_fail != 0) *kiln_status = kiln_fail;")
     lines.append("}")
+    if isinstance(handler, CppVectorHandler):
+        lines = with_stream_stores(kernel, lines)
     return KernelSource(kernel.name, "\n".join(lines), tuple(handler.checks))
 
 

@@ -21,7 +21,7 @@ VECTOR_LAYER = r"""
 #include <cstring>
 #include <type_traits>
 #include <utility>
-#if defined(__AVX512F__)
+#if defined(__SSE2__)
 #include <immintrin.h>
 #endif
 #ifndef KILN_VECTOR_BYTES
@@ -70,6 +70,30 @@ static inline vi64 load(const int64_t* p, int64_t n) { return load_as<vi64>(p, n
 static inline vmask load(const bool* p, int64_t n) { return __builtin_convertvector(load_as<vu8>(p, n), vi32) != 0; }
 template <typename T, typename V> static inline void store(T* p, V v, int64_t n) { std::memcpy(p, &v, n * sizeof(T)); }
 static inline void store(bool* p, vmask m, int64_t n) { store(p, __builtin_convertvector(m & 1, vu8), n); }
+// A streaming store (`stream_stores.py`): full, aligned float32 vectors go around the cache (no
+// read of the line first); anything else is an ordinary store. `stream_fence` orders them.
+template <typename T, typename V> static inline void store_stream(T* p, V v, int64_t n) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<V, vf32>) {
+        if (n == KILN_LANES && reinterpret_cast<uintptr_t>(p) % sizeof(V) == 0) {
+#if defined(__AVX512F__) && KILN_VECTOR_BYTES == 64
+            _mm512_stream_ps(p, (__m512)v);
+            return;
+#elif defined(__AVX__) && KILN_VECTOR_BYTES == 32
+            _mm256_stream_ps(p, (__m256)v);
+            return;
+#elif defined(__SSE2__) && KILN_VECTOR_BYTES == 16
+            _mm_stream_ps(p, (__m128)v);
+            return;
+#endif
+        }
+    }
+    store(p, v, n);
+}
+static inline void stream_fence() {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
 
 // Elements p[0], p[stride], ..., of which the first n are read (a transposed read).
 template <typename T> static inline auto load_strided(const T* p, int64_t stride, int64_t n) {
