@@ -86,12 +86,27 @@ def test_loop_invariant_values_are_broadcast(cpp):
 
 @pytest.mark.parametrize(("fn", "args", "reason"), [
     (lambda x: x[::2] * 2, (torch.randn(64),), "non-contiguous access"),  # 1-D: nothing to tile
-    (lambda x, i: x[i] * 2, (torch.randn(10, 16), torch.tensor([3, 1, 4, 1])), "indirect"),
+    (lambda x, i: x[i] * 2, (torch.randn(64), torch.tensor([3, 1, 4, 1, 59, 2, 6, 5, 3])), "indirect"),  # per lane
     (lambda x: torch.atan(x), (torch.randn(4, 16),), "atan has no vector version"),
 ])
 def test_kernels_that_stay_scalar_say_why(cpp, fn, args, reason):
     compiled = cpp.check(fn, *args)
     assert re.search(rf"// scalar loop: not vectorized: .*{reason}", compiled.source), compiled.source
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_rows_gathered_by_one_index_each_are_vector_code_with_their_bounds_check(cpp, width):
+    """An embedding lookup: the index is one value across the lanes (they run along the row),
+    so it is wrapped and checked as scalar code and the row is read with vector loads."""
+    weight, ids = torch.randn(50, 37), torch.tensor([[3, -1, 49], [0, 7, -49]])
+    compiled = cpp.with_options(flags=(*cpp.options.flags, f"-DKILN_VECTOR_BYTES={width}")).check(
+        lambda i, w: w[i], ids.abs(), weight)  # what embedding decomposes to
+    assert "scalar loop" not in compiled.source and "kiln::load(in_" in compiled.source
+    assert "kiln_fail" in compiled.source  # the bounds check stays
+    wrapped = cpp.check(lambda w, i: w[i] * 2, weight, ids)  # negative indices wrap as eager's
+    assert "scalar loop" not in wrapped.source
+    with pytest.raises(IndexError, match="out of bounds"):
+        compiled.module(torch.tensor([[3, 50, 1], [0, 0, 0]]), weight)
 
 
 def _permutes(x, y, n, flags):

@@ -126,6 +126,7 @@ class CppVectorHandler(CppHandler):
         inner = max([len(kernel.row_ranges), *(len(n.reduction_ranges) for n in kernel.nodes)])
         # what an index may use; anything else is an indirect index
         self.loop_symbols = {*index_vars(len(kernel.ranges)), *index_vars(inner, "r"), *kernel.symbols}
+        self._lane_invariant_check = False  # a lane-invariant index's bounds check is being added
 
     def var(self, text: str) -> str:
         name = super().var(text)
@@ -153,6 +154,8 @@ class CppVectorHandler(CppHandler):
         return self.typed(f"kiln::splat<{VECTOR_TYPES[dtype]}>({name})", dtype, True)
 
     def add_check(self, error: type[Exception], message: str, size: sympy.Expr | None = None) -> int:
+        if self._lane_invariant_check:
+            return super().add_check(error, message, size)
         raise NotVectorizable(f"a run-time check ({message.split(':')[-1].strip()})")
 
     # -- addressing --------------------------------------------------------------------------
@@ -266,7 +269,19 @@ class CppVectorHandler(CppHandler):
         self.store(name, index, value)
 
     def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
-        raise NotVectorizable("indirect indexing (a gather)")
+        """An index that is one value for every lane (an embedding row: `weight[ids[i], j]` with
+        the lanes along j) is computed and checked as scalar code once per vector step, and the
+        loads through it stay contiguous vector loads; an index that differs between lanes is a
+        gather, left to the scalar loop."""
+        if self.lane_var is None or self.is_vector(value) or not sympy.sympify(size).is_positive:
+            raise NotVectorizable("indirect indexing (a gather)")
+        self._lane_invariant_check = True
+        try:
+            symbol = super().indirect_indexing(value, size)
+        finally:
+            self._lane_invariant_check = False
+        self.loop_symbols.add(symbol)  # constant across the lanes: an index may use it
+        return symbol
 
     # -- values ------------------------------------------------------------------------------
     def constant(self, value: Any, dtype: torch.dtype) -> str:
