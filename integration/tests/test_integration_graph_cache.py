@@ -233,6 +233,20 @@ def test_the_key_changes_with_dtype_shape_strides_grad_and_options():
     assert _key(base, {"cache_dir": "/elsewhere", "graph_cache_max_bytes": 5}) == _key(base)  # storage knobs
 
 
+def test_the_key_changes_with_the_graph_passes_the_environment_switches(monkeypatch):
+    """KILN_FOLD_CONV_BATCH_NORM=0 / KILN_DENSE_ATTENTION_MASKS=0 change what is generated: a
+    graph cached with a pass on is not loaded with it off."""
+    from kiln.integration._internal import attention_masks, conv_batch_norm
+
+    base = _captured(lambda x: torch.relu(x) * 2, torch.randn(4, 8))
+    keys = {_key(base)}
+    monkeypatch.setattr(conv_batch_norm, "ENABLED", False)
+    keys.add(_key(base))
+    monkeypatch.setattr(attention_masks, "ENABLED", False)
+    keys.add(_key(base))
+    assert len(keys) == (3 if conv_batch_norm._fused_conv() is not None else 2)
+
+
 def test_debug_graphs_are_not_cached_and_say_why(tmp_path, caplog):
     with caplog.at_level(logging.DEBUG, logger="kiln.integration"):
         report = explain(lambda x: x.relu() * 2, torch.randn(2, 8),

@@ -35,7 +35,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 import kiln
 
-from . import codegens
+from . import attention_masks, codegens, conv_batch_norm
 from .options import KilnOptions
 
 # Options that do not change the generated code (where caches and dumps go, the cache's own knobs).
@@ -161,7 +161,10 @@ def _state_text(example_inputs: Sequence[Any]) -> str:
 def _options_text(options: KilnOptions, codegen: codegens.Selected) -> str:
     if options.lowerings is not None:
         raise Uncacheable("a custom lowering table (options.lowerings)")
-    return f"{_fields_text(options)} codegen={codegen.codegen.name} {_fields_text(codegen.options)}"
+    # graph passes switched by the environment or torch's flags change what is generated too
+    passes = (f"fold_conv_batch_norm={conv_batch_norm.ENABLED and conv_batch_norm._fused_conv() is not None} "
+              f"dense_attention_masks={attention_masks.ENABLED}")
+    return f"{_fields_text(options)} codegen={codegen.codegen.name} {_fields_text(codegen.options)} {passes}"
 
 
 def _fields_text(options: Any) -> str:
