@@ -239,10 +239,29 @@ def _prologue(kernel: Kernel, reduction: bool, width: IndexWidth, body: Sequence
     lines += [f"xnumel = {_unparenthesized(triton_expr(_product(kernel.ranges)))}",
               f"xoffset = tl.program_id(0){widen} * XBLOCK",
               f"xindex = xoffset + {arange}",
-              "xmask = xindex < xnumel"]
+              *_outer_mask_lines(kernel, reduction)]
     if reduction:
         lines.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{widen}")
     return lines + _unflatten_lines(outer_loop(kernel.ranges), body)
+
+
+def _outer_mask_lines(kernel: Kernel, reduction: bool) -> list[str]:
+    """``xmask``: for a reduction over rows read contiguously (softmax, norms, row sums) of a
+    static number of rows, a constant all-true mask where XBLOCK divides it (a compile-time test:
+    the size is a literal, the block a constexpr), so Triton drops it from loads and stores, as
+    Inductor's `tl.full(..., True)` masks; else the compare. Measured on an H200 (bench_gpu_rows
+    --graphs, session 15, the three variants in one run): bf16 softmax 16384 70.1 -> 76.2% of
+    copy, bf16 rmsnorm 16384 86.3 -> 88.4, the other rows within a point; but a strided sum over
+    dim 0 lost 4-6 points in bf16 (1024 wide 67.1 -> 60.8) with it, and a constant `rmask` changed
+    nothing: so reductions that read rows contiguously only."""
+    static = sympy.sympify(_product(kernel.ranges)).is_Integer
+    from .serialize import reads_rows_contiguously  # serialize imports this module
+    if not (static and reduction and reads_rows_contiguously(kernel)):
+        return ["xmask = xindex < xnumel"]
+    return ["if xnumel % XBLOCK == 0:  # every row of the block is in range: no mask",
+            "    xmask = tl.full([XBLOCK, 1], True, tl.int1)",
+            "else:",
+            "    xmask = xindex < xnumel"]
 
 
 def _tiled_prologue(kernel: Kernel, tile: Tile, widen: str, body: Sequence[str]) -> list[str]:
