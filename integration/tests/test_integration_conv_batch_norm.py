@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kiln import autograd_trace
 from kiln.integration import backend, explain
 from kiln.integration._internal import conv_batch_norm
 
@@ -78,7 +79,6 @@ def test_the_post_op_is_the_activation_found():
     graphs = []
 
     def record(gm, example_inputs):
-        from kiln.integration._internal.pipeline import autograd_trace
         aten = autograd_trace.trace_inference(gm, example_inputs)
         assert conv_batch_norm.fold_conv_batch_norms(aten) == 1
         graphs.append(aten)

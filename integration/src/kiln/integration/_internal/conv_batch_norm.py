@@ -28,12 +28,14 @@ pass off.
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import os
 
 import torch
 import torch.fx as fx
+from torch._prims_common import make_channels_last_strides_for
+
+from .attention_masks import _fake
 
 ENABLED = os.environ.get("KILN_FOLD_CONV_BATCH_NORM", "1") != "0"
 
@@ -52,19 +54,9 @@ def _fused_conv():
     return op.default
 
 
-def _channels_last_strides(shape: torch.Size) -> tuple[int, ...]:
-    n, c, h, w = shape
-    return (h * w * c, 1, w * c, c)
-
-
 def _val(node: object) -> torch.Tensor | None:
     value = node.meta.get("val") if isinstance(node, fx.Node) else None
     return value if isinstance(value, torch.Tensor) else None
-
-
-def _fake_mode(node: fx.Node):
-    mode = getattr(_val(node), "fake_mode", None)
-    return mode if mode is not None else contextlib.nullcontext()
 
 
 def _foldable(conv: fx.Node, norm: fx.Node) -> bool:
@@ -84,7 +76,7 @@ def _foldable(conv: fx.Node, norm: fx.Node) -> bool:
         return False
     if x.dim() != 4 or not all(isinstance(s, int) for s in (*out.shape, *w.shape)):
         return False
-    return tuple(out.stride()) == _channels_last_strides(out.shape)
+    return tuple(out.stride()) == tuple(make_channels_last_strides_for(out.shape))
 
 
 def _outputs(norm: fx.Node) -> fx.Node | None:
@@ -110,7 +102,8 @@ def _post_op(normalized: fx.Node) -> tuple[fx.Node, str, list] | None:
     if attr is None or user.args[0] is not normalized or user.kwargs:
         return None
     if attr == "hardtanh":
-        low, high = (list(user.args[1:3]) + [-1.0, 1.0][len(user.args) - 1:])[:2]
+        low = user.args[1] if len(user.args) > 1 else -1.0  # aten.hardtanh's defaults
+        high = user.args[2] if len(user.args) > 2 else 1.0
         if not all(isinstance(v, (int, float)) for v in (low, high)):
             return None
         return user, attr, [float(low), float(high)]
@@ -138,13 +131,13 @@ def fold_conv_batch_norms(gm: fx.GraphModule) -> int:
         x, w, b, stride, padding, dilation, _transposed, _output_padding, groups = conv.args
         _, gamma, beta, mean, var, _momentum, eps = norm.args
         stack = last.meta.get("stack_trace") or norm.meta.get("stack_trace")
+        like = _val(conv)  # its fake mode computes the new nodes' values
 
-        def call(target, *args, stack=stack, conv=conv):
+        def call(target, *args, stack=stack, like=like):
             node = graph.call_function(target, args)
             node.meta["stack_trace"] = stack
             values = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
-            with _fake_mode(conv):
-                node.meta["val"] = target(*values)
+            node.meta["val"] = _fake(like, lambda: target(*values))
             return node
 
         with graph.inserting_before(norm):

@@ -29,10 +29,10 @@ from typing import Any
 
 import sympy
 
-from kiln.loopir import BufferSpec, Kernel, Reduction, Scan, Scatter, index_vars
+from kiln.loopir import BufferSpec, Kernel, Reduction, Scan, Scatter
 from kiln.loopir.codegen import CheckSite, input_stores, scatter_bases
 
-from .kernel_source import has_reduction, shared_reduction_loops
+from .kernel_source import has_reduction, reads_rows_contiguously, shared_reduction_loops
 from .options import TritonOptions
 from .scatter_source import serial_only
 from .source_cache import load_module, write_source
@@ -41,25 +41,6 @@ from .tiling import Tile
 
 def _numel(sizes: Sequence[sympy.Expr]) -> sympy.Expr:
     return sympy.Mul(*sizes) if sizes else sympy.Integer(1)
-
-
-def reads_rows_contiguously(kernel: Kernel) -> bool:
-    """Whether every access inside the kernel's loops over reduction ranges (reductions and row
-    nodes) moves by one element per step of the innermost varying reduction variable, or does
-    not depend on it: then a wide RBLOCK reads whole rows in coalesced chunks."""
-    for node in kernel.nodes:
-        row = kernel.is_row(node)
-        if not (row or isinstance(node.body, Reduction)):
-            continue
-        ranges = kernel.row_ranges if row else node.reduction_ranges
-        varying = [v for v, size in zip(index_vars(len(ranges), "r"), ranges) if size != 1]
-        if not varying:
-            continue
-        inner = varying[-1]
-        for access in kernel.accesses(node).accesses:
-            if inner in access.index.free_symbols and inner in sympy.expand(access.index - inner).free_symbols:
-                return False
-    return True
 
 
 def rereads_rows(kernel: Kernel) -> bool:
