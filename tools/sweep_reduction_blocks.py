@@ -57,14 +57,15 @@ def microseconds(graph, args, options: TritonOptions, bytes_per_warp: int | None
         runtime._TILE_BYTES_PER_WARP, runtime._HELD_ROW_BYTES_PER_WARP = DEFAULTS
 
 
-def sweep_row(name: str, dtype: torch.dtype, width: int, cache: pathlib.Path) -> dict:
+def sweep_row(name: str, dtype: torch.dtype, width: int, cache: pathlib.Path,
+              rblocks=(1024, 2048, 4096, 8192, 16384), per_warps=(512, 1024, 2048, 4096)) -> dict:
     x = torch.randn(ELEMENTS // width, width, device="cuda", dtype=dtype)
     w, b = torch.randn(width, device="cuda", dtype=dtype), torch.randn(width, device="cuda", dtype=dtype)
     args = {"layer_norm": (x, w, b), "rmsnorm": (x, w)}.get(name, (x,))
     graph = kernel_graph(WORKLOADS[name], args)
     heuristic = microseconds(graph, args, TritonOptions(cache_dir=cache, compile_threads=0))
     times = {}
-    for rblock, per_warp in itertools.product((1024, 2048, 4096, 8192, 16384), (512, 1024, 2048, 4096)):
+    for rblock, per_warp in itertools.product(rblocks, per_warps):
         if rblock <= width:
             options = TritonOptions(cache_dir=cache, contiguous_rblock=rblock, float32_contiguous_rblock=rblock,
                                     compile_threads=0)
@@ -81,13 +82,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--out")
+    parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32", "float16"])
+    parser.add_argument("--widths", nargs="+", type=int, default=[1024, 4096, 16384])
+    parser.add_argument("--rblocks", nargs="+", type=int, default=[1024, 2048, 4096, 8192, 16384],
+                        help="RBLOCK caps to try (those above the row are skipped)")
+    parser.add_argument("--per-warp", nargs="+", type=int, default=[512, 1024, 2048, 4096],
+                        help="bytes of tile per warp to try")
     args = parser.parse_args()
+    dtypes = [getattr(torch, d) for d in args.dtypes]
     os.environ["BENCH_GRAPHS"] = "1"
     cache, rows = pathlib.Path(tempfile.mkdtemp()), []
-    bandwidth = {dtype: copy_bandwidth(dtype) for dtype in (torch.bfloat16, torch.float32)}
+    bandwidth = {dtype: copy_bandwidth(dtype) for dtype in dtypes}
     for name in args.workloads:
-        for dtype, width in itertools.product((torch.bfloat16, torch.float32), (1024, 4096, 16384)):
-            row = sweep_row(name, dtype, width, cache)
+        for dtype, width in itertools.product(dtypes, args.widths):
+            row = sweep_row(name, dtype, width, cache, args.rblocks, args.per_warp)
             rows.append(row)
             percent = {key: 100 * row["bytes"] / (row[key] * 1e-6) / bandwidth[dtype] for key in ("heuristic_us", "best_us")}
             print(f"{name} {row['dtype']} {width}: heuristic {row['heuristic_us']} us ({percent['heuristic_us']:.1f}% of "
