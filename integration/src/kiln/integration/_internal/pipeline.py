@@ -38,6 +38,7 @@ from .lookup import Lookup
 from .options import KilnOptions
 from .output_aliases import view_mutated_inputs
 from .output_layouts import keep_output_layouts
+from .pooled_matmuls import pool_matmul_outputs
 from .private_outputs import mark_private_outputs
 from .progress import Stages
 from .regions import RegionResults, compile_regions
@@ -192,7 +193,9 @@ def compile_aten(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.S
     drop_stored_writebacks(parted, writebacks, results.stored_inputs)
     results.fallbacks += _outside_nodes(parted, codegen, options, dtypes, lowered_ops)
     results.collectives += tuple(str(n.target) for n in parted.graph.nodes if partition.is_collective(n))
-    return inline_regions(parted), results
+    module = inline_regions(parted)
+    pool_matmul_outputs(module, codegen.codegen)  # resident outputs for ATen's matmuls too
+    return module, results
 
 
 def decompose_graph(aten: fx.GraphModule, options: KilnOptions, codegen: codegens.Selected) -> fx.GraphModule:

@@ -13,6 +13,7 @@ from kiln.loopir import Capabilities, Codegen
 
 from .build import CppCompileError
 from .options import CppCodegenError, CppOptions
+from .output_pool import allocate_output
 
 if TYPE_CHECKING:
     from kiln.loopir import KernelGraph
@@ -43,4 +44,5 @@ CODEGEN = Codegen(
     # costly math (a softmax's exp) is stored once: a CPU's vector exp costs more than its load
     capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True, recompute_cheap=True,
                               recompute_transcendental=False),
-    errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp")
+    errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp",
+    allocate_output=allocate_output)

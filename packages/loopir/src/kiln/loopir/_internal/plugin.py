@@ -79,6 +79,10 @@ class Codegen:
     artifacts_key: the key of `module.meta` where `compile` leaves a record with a `source`.
     source_suffix: the file suffix of that source, for debug dumps.
     check_device: raises ValueError when it cannot compile for a device (named explicitly).
+    allocate_output: ``allocate_output(size, stride, dtype) -> Tensor``, or None: where the
+        codegen's kernels get their large outputs (codegen_cpp: a pool of resident storages).
+        The backend then gives the ATen matmuls of its graphs (outside the regions) their
+        outputs from it too, through their ``out=`` overloads.
     """
 
     name: str
@@ -90,6 +94,7 @@ class Codegen:
     artifacts_key: str = ""
     source_suffix: str = ".txt"
     check_device: Callable[[str], None] = _no_check
+    allocate_output: Callable[[Any, Any, torch.dtype], torch.Tensor] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
