@@ -10,7 +10,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from kiln.integration import GraphReport, KilnOptions
-from kiln.integration._internal.attention_masks import densify_attention_masks
+from kiln.integration._internal.attention_masks import additive_mask, densify_attention_masks
 from kiln.integration._internal.backend import _compile
 
 SDPA = torch._C._nn.scaled_dot_product_attention
@@ -96,3 +96,64 @@ def test_compiled_attention_with_a_strided_mask_matches_eager_and_runs_fused_on_
     if device.type == "cuda":
         assert any(op in lowered for op in FUSED), report.lowered_nodes
         assert "bmm" not in lowered, report.lowered_nodes
+
+
+def row_masked_attention(q, k, v, pattern):
+    """A (L, S) mask read transposed (last stride L) and expanded over batch and heads: some
+    query rows fully masked, others partly."""
+    mask = pattern.t()[None, None].expand(q.shape[0], 1, q.shape[2], k.shape[2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _row_pattern(device=None):
+    pattern = torch.rand(16, 16, generator=torch.Generator().manual_seed(1), device="cpu").to(device) > 0.4  # (S, L)
+    pattern[:, 3] = False  # query row 3: every key masked
+    pattern[:, 7] = False
+    pattern[0, :] = True
+    pattern[0, 3] = pattern[0, 7] = False
+    return pattern
+
+
+def test_training_graphs_get_an_additive_mask_with_the_fallbacks_values():
+    q, k, v, _ = _inputs("cpu")
+    pattern = _row_pattern("cpu")
+    gm, inputs = _dynamo_graph(row_masked_attention, q, k, v, pattern)
+    assert densify_attention_masks(gm, devices=("cpu",), additive=True) == 1
+    bias = _mask_of(gm)
+    assert bias.target is additive_mask and bias.args[1] == torch.float32
+    assert bias.meta["example_value"].dtype == torch.float32 and bias.meta["example_value"].is_contiguous()
+    got, want = gm(*inputs)[0], row_masked_attention(q, k, v, pattern)
+    torch.testing.assert_close(got, want)
+    assert (got[:, :, 3] == 0).all() and (got[:, :, 7] == 0).all()  # fully masked rows: zeros, as the fallback's
+    values = additive_mask(torch.tensor([True, False]), torch.bfloat16)
+    assert values.tolist() == [0.0, torch.finfo(torch.bfloat16).min] and values.dtype == torch.bfloat16
+
+
+def test_compiled_training_with_fully_masked_rows_keeps_eager_gradients():
+    """Through the backend (fallback=False), forward and backward: the output and the gradients
+    of q, k and v are eager's (the math fallback's), fully masked rows included. On CUDA
+    (KILN_INTEGRATION_TEST_DEVICE=cuda) the attention and its backward are fused externs."""
+    device = torch.get_default_device()
+    q, k, v, _ = _inputs(device)
+    pattern = _row_pattern(device)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    reference = [t.clone().requires_grad_() for t in (q, k, v)]
+    options = KilnOptions.create({"fallback": False})
+    reports: list[GraphReport] = []
+    torch._dynamo.reset()
+    compiled = torch.compile(row_masked_attention,
+                             backend=lambda gm, example_inputs: _compile(gm, example_inputs, options, reports.append))
+    weights = torch.randn(2, 4, 16, 8, generator=torch.Generator().manual_seed(2), device="cpu").to(device)
+    got = compiled(*leaves, pattern)
+    (got * weights).sum().backward()
+    want = row_masked_attention(*reference, pattern)
+    (want * weights).sum().backward()
+    assert reports, "kiln was never called"
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    for mine, theirs in zip(leaves, reference):
+        assert torch.isfinite(mine.grad).all()
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=2e-5, rtol=2e-5)
+    if device.type == "cuda":
+        lowered = " ".join(name for report in reports for name in report.lowered_nodes)
+        assert "_scaled_dot_product_efficient_attention_backward" in lowered, lowered
+        assert "bmm" not in lowered, lowered

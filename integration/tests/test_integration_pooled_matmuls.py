@@ -64,7 +64,9 @@ def test_matmuls_take_pooled_outputs_with_eager_values(graphs):
             got = compiled(*args)
     assert calls, "kiln was never called"
     assert [routed for routed, _ in graphs] == [4], graphs
-    assert graphs[0][1].count("matmul_into(torch.ops.aten.") == 4, graphs[0][1]
+    code = graphs[0][1]
+    assert code.count("_into('cpu', ") == 4, code  # (the loop-level table makes baddbmm a bmm and an add)
+    assert all(f"pooled_matmuls_{op}_into('cpu', " in code for op in ("mm", "addmm", "bmm")), code
     # each later call's four matmul outputs (256 KiB each) come back from the pool
     assert POOL.reused - reused >= 8
     for g, w in zip(got, want):
@@ -128,7 +130,7 @@ def test_gradients_through_pooled_matmuls_match_eager(graphs):
     (aten.bmm.default, ((3, 128, 64), (3, 64, 200)), {}),
     (aten.baddbmm.default, ((3, 128, 200), (3, 128, 64), (3, 64, 200)), {"alpha": -1.0}),
 ])
-def test_matmul_into_writes_the_allocated_tensor(monkeypatch, op, args, kwargs):
+def test_each_matmul_writes_the_allocated_tensor(monkeypatch, op, args, kwargs):
     handed = []
 
     def allocate(size, stride, dtype):
@@ -138,8 +140,14 @@ def test_matmul_into_writes_the_allocated_tensor(monkeypatch, op, args, kwargs):
     monkeypatch.setitem(pooled_matmuls._ALLOCATORS, "test", allocate)
     tensors = [_randn(*shape, seed=i) for i, shape in enumerate(args)]
     tensors[-1] = tensors[-1].mT.contiguous().mT  # a transposed operand: the output stays contiguous
-    got = pooled_matmuls.matmul_into(op, "test", *tensors, **kwargs)
+    got = pooled_matmuls._MATMULS[op]("test", *tensors, **kwargs)
     want = op(*tensors, **kwargs)
     assert len(handed) == 1 and got.data_ptr() == handed[0].data_ptr()
     assert got.stride() == want.stride() == handed[0].stride()
     torch.testing.assert_close(got, want)
+    # 8 rows of the first matrix (and of a bias with rows): below MIN_BYTES, a plain call
+    rows = {len(tensors) - 2} | ({0} if len(tensors) == 3 and tensors[0].dim() > 1 else set())
+    small = [t[..., :8, :] if i in rows else t for i, t in enumerate(tensors)]
+    got = pooled_matmuls._MATMULS[op]("test", *small, **kwargs)
+    assert len(handed) == 1
+    torch.testing.assert_close(got, op(*small, **kwargs))

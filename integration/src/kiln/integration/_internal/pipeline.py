@@ -69,8 +69,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
     if check:
         capture.verify(gm)
     training = is_training(example_inputs)
-    if not training:  # before tracing picks an attention kernel (attention_masks.py)
-        densify_attention_masks(gm)
+    # before tracing picks an attention kernel (attention_masks.py); training: additive masks
+    densify_attention_masks(gm, additive=training)
     guards = len(shape_guards(example_inputs))
     if training:
         forward: dict[str, Any] = {}  # the forward's module and report, for the cache entry

@@ -5,13 +5,14 @@ its output afresh, and a block of 128 KiB or more is what glibc may map anew (or
 for) and give back when it is freed: the next call then faults in every page of it again, inside
 the matmul (`mkl_blas_def_sgemm_mscale` first-touching its output). How often that happens
 depends on what else the process allocates between calls (eager code, another model), not on
-the graph. Measured on the 2-core VM (BENCHMARKS.md, session 16; `perf record -e page-faults`):
-Llama 4L d256 timed in turns with Inductor took 600-2600 page faults per kiln call, a third of
-them in the matmuls' output writes; alone, none.
+the graph. Measured on the 2-core VM (BENCHMARKS.md, session 16): Llama 4L d256 timed in turns
+with Inductor took 1200-3300 page faults per kiln call (`perf record -e page-faults`: the largest
+share in MKL's first write of a matmul's output), none when it ran alone; with the matmuls'
+outputs pooled, about 110.
 
 A codegen that keeps its own outputs resident (`Codegen.allocate_output`: codegen_cpp's pool)
 then also hands out these: each ``mm`` / ``bmm`` / ``addmm`` / ``baddbmm`` node becomes a call of
-`matmul_into`, which runs the op's ``out=`` overload on a tensor from that allocator when the
+`mm_into` / `bmm_into` / `addmm_into` / `baddbmm_into`, which run the op's ``out=`` overload on a tensor from that allocator when the
 output (contiguous, as ATen's own) is at least `MIN_BYTES`, and the plain op otherwise. The
 sizes are read from the operands on each call, so graphs with dynamic shapes keep working. The
 pool reuses a storage only once nothing else holds it, so a result the graph keeps (an output,
@@ -20,7 +21,6 @@ a saved activation) is never written over.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -37,41 +37,58 @@ aten = torch.ops.aten
 MIN_BYTES = 128 << 10
 
 
-def _mm_size(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
-    return (a.shape[0], b.shape[1])
-
-
-def _bmm_size(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
-    return (a.shape[0], a.shape[1], b.shape[2])
-
-
-# op -> (its out= overload, the positions of its two matrix operands, the output's sizes from them)
-_MATMULS = {aten.mm.default: (aten.mm.out, 0, _mm_size), aten.bmm.default: (aten.bmm.out, 0, _bmm_size),
-            aten.addmm.default: (aten.addmm.out, 1, _mm_size), aten.baddbmm.default: (aten.baddbmm.out, 1, _bmm_size)}
-
-
 _ALLOCATORS: dict[str, Callable[[Any, Any, torch.dtype], torch.Tensor]] = {}
 
 
-def matmul_into(op: Any, codegen: str, *args: Any, **kwargs: Any) -> Any:
-    """``op(*args, **kwargs)`` (an ATen matmul of `_MATMULS`), written into a contiguous tensor
-    from the `allocate_output` of the codegen named `codegen` when its output is at least
-    `MIN_BYTES`. (The codegen goes by name: a graph's code cannot name a function argument, and
-    a graph loaded from the whole-graph cache finds the allocator in the registry.)"""
+def _allocator(codegen: str) -> Callable[[Any, Any, torch.dtype], torch.Tensor]:
+    """The `allocate_output` of the codegen named `codegen`. (By name: a graph's code cannot name a
+    function argument, and a graph loaded from the whole-graph cache finds it in the registry.)"""
     allocate = _ALLOCATORS.get(codegen)
     if allocate is None:
         allocate = _ALLOCATORS[codegen] = codegen_registry.registered()[codegen].allocate_output
-    out_op, first, size_of = _MATMULS[op]
-    a = args[first]
-    size = size_of(a, args[first + 1])
-    if math.prod(size) * a.element_size() < MIN_BYTES:
-        return op(*args, **kwargs)
-    stride = tuple(math.prod(size[d + 1:]) for d in range(len(size)))
-    return out_op(*args, **kwargs, out=allocate(size, stride, a.dtype))
+    return allocate
+
+
+# One function per op: one Python frame per call, as the `OpOverload.__call__` it replaces (the
+# sizes computed inline, the op called through torch's C binding, `out=` for a pooled output).
+def mm_into(codegen: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``aten.mm(a, b)``, into a pooled output when it is at least `MIN_BYTES`."""
+    n, m = a.shape[0], b.shape[1]
+    if n * m * a.element_size() < MIN_BYTES:
+        return torch.mm(a, b)
+    return torch.mm(a, b, out=_allocator(codegen)((n, m), (m, 1), a.dtype))
+
+
+def addmm_into(codegen: str, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """``aten.addmm(bias, a, b, beta=, alpha=)``, into a pooled output when it is at least `MIN_BYTES`."""
+    n, m = a.shape[0], b.shape[1]
+    if n * m * a.element_size() < MIN_BYTES:
+        return torch.addmm(bias, a, b, **kwargs)
+    return torch.addmm(bias, a, b, **kwargs, out=_allocator(codegen)((n, m), (m, 1), a.dtype))
+
+
+def bmm_into(codegen: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``aten.bmm(a, b)``, into a pooled output when it is at least `MIN_BYTES`."""
+    batch, n, m = a.shape[0], a.shape[1], b.shape[2]
+    if batch * n * m * a.element_size() < MIN_BYTES:
+        return torch.bmm(a, b)
+    return torch.bmm(a, b, out=_allocator(codegen)((batch, n, m), (n * m, m, 1), a.dtype))
+
+
+def baddbmm_into(codegen: str, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """``aten.baddbmm(bias, a, b, beta=, alpha=)``, into a pooled output when it is at least `MIN_BYTES`."""
+    batch, n, m = a.shape[0], a.shape[1], b.shape[2]
+    if batch * n * m * a.element_size() < MIN_BYTES:
+        return torch.baddbmm(bias, a, b, **kwargs)
+    return torch.baddbmm(bias, a, b, **kwargs, out=_allocator(codegen)((batch, n, m), (n * m, m, 1), a.dtype))
+
+
+_MATMULS = {aten.mm.default: mm_into, aten.addmm.default: addmm_into, aten.bmm.default: bmm_into,
+            aten.baddbmm.default: baddbmm_into}
 
 
 def pool_matmul_outputs(gm: fx.GraphModule, codegen: loopir.Codegen) -> int:
-    """Route `gm`'s ATen matmuls through `matmul_into` when `codegen` has an `allocate_output`;
+    """Route `gm`'s ATen matmuls through `mm_into` and the others when `codegen` has an `allocate_output`;
     returns how many."""
     if codegen.allocate_output is None:
         return 0
@@ -79,8 +96,8 @@ def pool_matmul_outputs(gm: fx.GraphModule, codegen: loopir.Codegen) -> int:
     changed = 0
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in _MATMULS:
-            node.args = (node.target, codegen.name, *node.args)
-            node.target = matmul_into
+            node.args = (codegen.name, *node.args)
+            node.target = _MATMULS[node.target]
             changed += 1
     if changed:
         gm.recompile()
