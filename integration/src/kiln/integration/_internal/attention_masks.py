@@ -93,7 +93,7 @@ def densify_attention_masks(gm: fx.GraphModule, devices: Sequence[str] = ("cuda"
         with graph.inserting_before(node):
             if additive:
                 dense = graph.call_function(additive_mask, (mask, result.dtype))
-                dense.meta["example_value"] = _fake(value, lambda: additive_mask(value, result.dtype))
+                dense.meta["example_value"] = _fake(value, lambda mask=value, dtype=result.dtype: additive_mask(mask, dtype))
             else:
                 dense = graph.call_method("contiguous", (mask,))
                 dense.meta["example_value"] = _fake(value, value.contiguous)
