@@ -152,6 +152,22 @@ def test_extern_of_lazy_and_kernel_of_extern(check):
     assert names.index("kernel0") < names.index(kg.externs[0].name) < names.index("kernel1")
 
 
+def test_a_transposed_matmul_operand_is_stored_in_its_producers_order(check, reads_of):
+    """A backward's weight-gradient operand, `where(h <= 0, 0, g).t()`, is computed row by row
+    (the order eager lays it out in) and handed to the mm as a transposed view, not written as
+    the transpose's own contiguous buffer by a loop that reads `h` and `g` with a stride."""
+    h, g, x = torch.randn(6, 10), torch.randn(6, 10), torch.randn(6, 4)
+    kg = check(lambda h, g, x: torch.where(h <= 0, 0.0, g).t() @ x, h, g, x)
+    ((read_h,), (read_g,)) = (reads_of(kg)[name] for name in ("h_1", "g_1"))
+    assert str(read_h) == str(read_g) == "10*i0 + i1"  # the producer's own order: rows of h and g
+    (extern,) = kg.externs
+    operand = extern.args[0]
+    assert tuple(operand.size) == (10, 6) and tuple(operand.stride) == (1, 10)
+    bmm = check(lambda h, g, x: torch.bmm(torch.relu(h).transpose(1, 2), x),
+                h.view(2, 3, 10), g.view(2, 3, 10), x.view(2, 3, 4))
+    assert tuple(bmm.externs[0].args[0].stride) == (30, 1, 10)
+
+
 def test_bmm_on_view_of_realized_buffer(check):
     def f(x):
         y = x.exp()

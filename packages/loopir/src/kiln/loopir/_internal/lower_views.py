@@ -7,6 +7,7 @@ from typing import Any
 
 import sympy
 import torch
+import torch.fx as fx
 
 from .lower import size_expr
 from .registry import Lowerings
@@ -270,6 +271,14 @@ def lower_unfold(ctx, node, x, dimension, size, step):
 
 @TABLE.register("extern", aten.mm.default, aten.addmm.default, aten.bmm.default)
 def lower_extern(ctx, node, *args, **kwargs):
+    # An operand computed in this graph is stored as eager lays it out (`realize_in_memory_order`):
+    # a transposed pointwise result (a backward's `where(relu <= 0, 0, grad).t()` read by the
+    # weight-gradient mm) is then written in its producer's order, contiguously, and the matmul
+    # reads it transposed, which BLAS does at no cost; stored in the transpose's own order, the
+    # kernel read its inputs with a stride (CPU MLP training step: 565 -> 300 us, BENCHMARKS.md).
+    args = tuple(ctx.realize_in_memory_order(value, ctx.eager_values.get(arg, arg.meta.get("val")))
+                 if isinstance(value, Lazy) and isinstance(arg, fx.Node) else value
+                 for value, arg in zip(args, node.args))
     return ctx.add_extern(node, args, kwargs)
 
 
