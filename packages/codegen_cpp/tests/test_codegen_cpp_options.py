@@ -7,6 +7,7 @@ import dataclasses
 import pathlib
 
 import pytest
+import torch
 
 from kiln.codegen_cpp import CODEGEN, CppOptions
 from kiln.codegen_cpp._internal.options import _TYPES
@@ -73,3 +74,18 @@ def test_the_default_parallel_threshold_follows_the_openmp_wait_policy(tmp_path,
     assert CODEGEN.make_options({"parallel_threshold": None, "cache_dir": tmp_path}).parallel_threshold == \
         getattr(module, expected)
     assert CppOptions(cache_dir=tmp_path, parallel_threshold=5).parallel_threshold == 5
+
+
+@pytest.mark.parametrize("policy, factor", [("passive", 4), ("active", 2)])
+def test_plain_arithmetic_kernels_go_parallel_from_a_larger_size(cpp, monkeypatch, policy, factor):
+    """A kernel of loads, compares and selects (a ReLU backward) moves memory more than it
+    computes: parallel only from `factor` x parallel_threshold points; one with exp keeps the
+    threshold. The same sizes either side of the light threshold check it."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+    builder = cpp.with_options(parallel_threshold=4096)
+    x, g = torch.randn(64, 64 * factor), torch.randn(64, 64 * factor)  # 4096 * factor points
+    light = builder.check(lambda x, g: torch.where(x <= 0, 0.0, g), x, g).source
+    heavy = builder.check(lambda x, g: torch.exp(x) * g, x[:, :64], g[:, :64]).source  # 4096 points
+    below = builder.check(lambda x, g: torch.where(x <= 0, 0.0, g), x[:, :-1], g[:, :-1]).source
+    assert "omp parallel" in light and "omp parallel" in heavy
+    assert "omp parallel" not in below

@@ -51,6 +51,25 @@ def test_transposed_read_is_not_fused_and_says_why(check):
     assert decision.kind == "reads_elsewhere" and decision.detail.startswith("buf0 at i0 + 4*i1")
 
 
+def test_a_row_node_contiguous_across_a_column_sums_order_is_not_fused(check):
+    """A bias gradient (a sum over dim 0, its loads contiguous along the outer loop) and a
+    [256, 1024] relu backward of the same element count: as the sum's rows (256 of them) the
+    pointwise node would be loaded and stored with a stride of 256 on every vector lane, so it
+    gets its own kernel, row by row, and says why; a softmax's rows still fuse."""
+    def f(b, h, g):
+        w = torch.where(h <= 0, 0.0, g)
+        return b.sum(0, keepdim=True), w.t() @ h[:, :512]
+
+    kg = check(f, *(torch.randn(256, 1024) for _ in range(3)))
+    decision = next(d for d in kg.decisions if d.buffer == "buf1")
+    assert not decision.fused and decision.kind == "walks_across", decision
+    assert "contiguous along the row loops, the reductions along the outer loops" in decision.detail
+    (relu_backward,) = [k for k in kg.kernels if any(n.name == "buf1" for n in k.nodes)]
+    assert not relu_backward.row_ranges and [n.name for n in relu_backward.nodes] == ["buf1"]
+    rows = check(lambda x: torch.exp(x - x.amax(-1, keepdim=True)), torch.randn(8, 32))
+    assert len(rows.kernels) == 1 and all(d.fused for d in rows.decisions[1:])
+
+
 def test_reduction_then_pointwise_over_its_outer_ranges_fuses(check):
     x = torch.randn(4, 6)
     for fn in (lambda x: x.sum(-1) * 2, lambda x: x.sum(-1, keepdim=True).sqrt() + 1,

@@ -22,7 +22,7 @@ from kiln.loopir.codegen import CheckSite, KernelWalker, node_summary
 from . import random_source, scan_source
 from .kernel_source import PRELUDE, CppHandler, c_type, storage_type
 from .low_precision import VECTOR_CONVERSIONS
-from .options import CppOptions
+from .options import LIGHT_OPS, CppOptions, light_parallel_threshold
 from .parallel_scan_source import parallel_scan_lines
 from .printer import cpp_expr
 from .reduction_source import reduction_lines
@@ -164,15 +164,16 @@ def _scan_lines(walker: KernelWalker, node: ComputedBuffer) -> list[str]:
     return ["{", *indent(init + [loop(rvar, node.reduction_ranges[0]) + " {"] + indent(body, 1) + ["}"], 1), "}"]
 
 
-def parallel_if(work: Sequence[sympy.Expr], options: CppOptions) -> str | None:
+def parallel_if(work: Sequence[sympy.Expr], options: CppOptions, threshold: int | None = None) -> str | None:
     """The `if` clause of a parallel construct over a loop nest of extents `work`: "" when it
-    always holds, None when it never does (sizes known below `parallel_threshold`). Such a
-    loop nest is then no parallel construct at all: GCC 12 does not vectorize the loop of a
-    `parallel for simd if(0)`."""
+    always holds, None when it never does (sizes known below `threshold`, by default
+    `parallel_threshold`). Such a loop nest is then no parallel construct at all: GCC 12 does
+    not vectorize the loop of a `parallel for simd if(0)`."""
+    threshold = options.parallel_threshold if threshold is None else threshold
     total = sympy.Mul(*work)
     if total.is_Integer:
-        return "" if int(total) >= options.parallel_threshold else None
-    return f" if(({' * '.join(cpp_expr(e) for e in work)}) >= {options.parallel_threshold})"
+        return "" if int(total) >= threshold else None
+    return f" if(({' * '.join(cpp_expr(e) for e in work)}) >= {threshold})"
 
 
 def _pointwise_only(kernel: Kernel) -> bool:
@@ -332,7 +333,8 @@ def _outer_parallel_if(kernel: Kernel, options: CppOptions) -> str | None:
     if not options.openmp or _single_outer_point(kernel):
         return None
     inner = kernel.row_ranges or next((n.reduction_ranges for n in kernel.nodes if n.reduction_ranges), ())
-    return parallel_if((*kernel.ranges, *inner), options)
+    light = all(i.op in LIGHT_OPS for node in kernel.nodes for i in node.body.loop_body.instrs)
+    return parallel_if((*kernel.ranges, *inner), options, light_parallel_threshold(options) if light else None)
 
 
 def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:

@@ -39,6 +39,29 @@ PARALLEL_THRESHOLD = 32768
 PASSIVE_PARALLEL_THRESHOLD = 262144
 
 
+# Kernels of plain arithmetic (`LIGHT_OPS`: loads, compares, selects, adds, products; no exp, log,
+# division, ...) move memory more than they compute: a second thread pays off only for this many
+# times more iterations. Measured on the 2-core VM: under OMP_WAIT_POLICY=passive an add over
+# 524288 floats took 53 us on one thread and 102 us on two; the ReLU and ReLU-backward kernels of a
+# 256x512x1024 MLP training step (262144 points each) 89-105 us on one thread against 145-288 us
+# on two (BENCHMARKS.md session 16); with active waiting two threads win for an add from about
+# 65536 floats, twice PARALLEL_THRESHOLD.
+PASSIVE_LIGHT_WORK_FACTOR = 4
+LIGHT_WORK_FACTOR = 2
+LIGHT_OPS = frozenset({
+    "load", "constant", "index_expr", "to_dtype", "identity", "where", "add", "sub", "mul", "neg", "abs",
+    "relu", "maximum", "minimum", "fmax", "fmin", "copysign", "sign", "signbit", "isnan", "isinf", "ceil",
+    "floor", "trunc", "round", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
+    "logical_xor", "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor",
+})
+
+
+def light_parallel_threshold(options: CppOptions) -> int:
+    """The `parallel_threshold` of a loop nest whose every op is in `LIGHT_OPS` (see above)."""
+    passive = os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive"
+    return options.parallel_threshold * (PASSIVE_LIGHT_WORK_FACTOR if passive else LIGHT_WORK_FACTOR)
+
+
 def default_parallel_threshold() -> int:
     """`CppOptions.parallel_threshold` when not given: PASSIVE_PARALLEL_THRESHOLD when the process
     waits passively (OMP_WAIT_POLICY=passive, which libgomp reads when it loads), else
@@ -61,7 +84,9 @@ class CppOptions:
     compiler / flags: the C++ compiler and its flags (part of the cache key).
     openmp: parallelize outer loops with OpenMP (without it, only `omp simd` hints are kept).
     parallel_threshold: loop nests doing fewer iterations than this run on one thread; its
-      default depends on the process's OpenMP wait policy (`default_parallel_threshold`).
+      default depends on the process's OpenMP wait policy (`default_parallel_threshold`). A
+      kernel of plain arithmetic parallel over its outer points takes 2x this (4x under passive
+      waiting: `light_parallel_threshold`).
     check_strides: on every call, check each kernel input's dtype, device, sizes and strides
       against the ones the kernel was generated for (ValueError/TypeError instead of a wrong
       result or an out-of-bounds read); turn off only when the caller guarantees them.

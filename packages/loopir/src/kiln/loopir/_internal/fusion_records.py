@@ -48,4 +48,5 @@ BLOCKER_KINDS = {
     "ranges_differ": "ranges differ from the kernel's",
     "reads_elsewhere": "reads a kernel buffer not where it was stored",
     "scan": "a scan runs in a kernel of its own",
+    "walks_across": "as a row of the kernel's reduction it would walk memory across the reduction's order",
 }

@@ -86,7 +86,40 @@ def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool
         stored = group.stored.get(access.buffer)
         if stored is not None and sympy.expand(access.index - stored) != 0:
             return ("reads_elsewhere", f"{access.buffer} at {access.index}, stored at {stored}"), how, group
+    if how == "row" and (crossing := _walks_across(group, node)) is not None:
+        return ("walks_across", crossing), how, group
     return None, how, group
+
+
+def _unit_stride_kinds(indices) -> set[str]:
+    """The kinds of kernel variables ("i": outer, "r": row) that some of `indices` step through
+    memory with stride 1."""
+    kinds = set()
+    for index in indices:
+        expanded = sympy.expand(index)
+        for var in expanded.free_symbols:
+            name = getattr(var, "name", "")
+            if name[:1] in ("i", "r") and name[1:].isdigit() and expanded.coeff(var) == 1:
+                kinds.add(name[0])
+    return kinds
+
+
+def _walks_across(group: _Group, node: ComputedBuffer, members: list[ComputedBuffer] | None = None) -> str | None:
+    """Why row node `node` should not share `group`'s loops: its elements lie consecutively along
+    the row loop while the group's reductions read consecutively along the outer loops (or the
+    other way round), so one of them would step through memory with a stride on every element.
+    A bias gradient (a sum over dim 0, contiguous across its outputs) would otherwise take in a
+    [256, 1024] relu backward as rows of 256: loaded and stored with a stride of 256 (CPU MLP
+    training step: that kernel 560 us; BENCHMARKS.md session 16). None when they agree."""
+    reductions = members or [m for m in group.members if isinstance(m.body, Reduction)]
+    along_reductions = _unit_stride_kinds(a.index for m in reductions for a in group.accesses(m).reads)
+    accesses = group.accesses(node)
+    along_node = _unit_stride_kinds(a.index for a in (*accesses.reads, *accesses.writes))
+    if along_reductions and along_node and along_reductions.isdisjoint(along_node):
+        kind = {"i": "outer", "r": "row"}
+        return (f"{node.name} is contiguous along the {kind[min(along_node)]} loops, the reductions along the "
+                f"{kind[min(along_reductions)]} loops")
+    return None
 
 
 def _recut_rows(group: _Group, node: ComputedBuffer) -> _Group | None:
@@ -128,6 +161,8 @@ def _as_row_prologue(group: _Group, step: ComputedBuffer) -> _Group | None:
             if stored is not None and sympy.expand(access.index - stored) != 0:
                 return None
         candidate.stored[member.name] = candidate.accesses(member).writes[0].index
+    if any(_walks_across(candidate, member, [step]) is not None for member in group.members):
+        return None
     return candidate
 
 
