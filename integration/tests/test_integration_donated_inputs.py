@@ -121,3 +121,21 @@ def test_only_fresh_values_of_aten_calls_are_offered():
     graph.output(call)
     assert _dies_here(made["clone"], call)
     assert not any(_dies_here(made[name], call) for name in ("unsafe", "view")) and not _dies_here(x, call)
+
+
+def test_a_donated_output_takes_no_allocation():
+    """The output stored over the dead convolution value is that value's memory: the kernel's
+    call allocates nothing for it (no pooled 256 KiB storage handed out and dropped per call)."""
+    from kiln.codegen_cpp._internal.output_pool import POOL
+
+    model = ConvBnRelu().eval()
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 64, 64)  # 256 KiB outputs: the pool's size class
+    compiled = _compiled(model, "cpu", [])
+    with torch.no_grad():
+        compiled(x)
+        handed = POOL.reused + POOL.added
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x))
+    assert WRITTEN and all(row == [True] for row in WRITTEN)
+    assert POOL.reused + POOL.added == handed

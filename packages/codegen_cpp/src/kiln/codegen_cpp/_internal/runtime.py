@@ -174,6 +174,7 @@ class CompiledKernel:
         self._layouts = _InputLayouts(kernel) if check_inputs else None
         self._scatter_bases = KernelSignature.of(kernel).scatter_bases
         self._input_stores = KernelSignature.of(kernel).input_stores  # outputs written into inputs
+        self._stored_outputs = dict(self._input_stores)  # output position -> the input it is written into
         # A kernel without size symbols, run-time checks or scatter bases has one layout per
         # output and (checked) one per input: `_static_call` runs it from those alone.
         self._static: tuple[tuple[Any, ...], tuple[Any, ...] | None] | None = None
@@ -246,9 +247,12 @@ class CompiledKernel:
                 return None
         if fill_requested(self.fill):
             return None  # the general path fills
-        outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype, allocate in allocations])
-        if self._input_stores:
-            outputs = self._stored_into_inputs(outputs, inputs)
+        if self._input_stores:  # those outputs are their inputs' memory: nothing to allocate for them
+            stored = self._stored_outputs
+            outputs = tuple([inputs[stored[pos]] if pos in stored else allocate(size, stride, dtype)
+                             for pos, (size, stride, dtype, allocate) in enumerate(allocations)])
+        else:
+            outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype, allocate in allocations])
         self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
         return outputs
 
