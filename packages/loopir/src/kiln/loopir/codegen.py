@@ -16,6 +16,9 @@
 * `check_option_types`: the type check of a codegen's options dataclass;
 * `known_nonnegative`: whether an index expression's integer `//` and `%` may round differently
   in C-like languages than in sympy (a dividend not known to be >= 0);
+* `ARITHMETIC_OPS`: the ops of a few cycles per element on any target (loads, compares, selects,
+  sums, products, divisions, bit ops: no exp, log, sqrt, special functions), as loopir's
+  recompute rule counts them; a codegen weighs a loop's work by it;
 * `philox`: the definition of the random-number ops (`rand`, `randn`, `randint64`) every
   codegen implements, with its constants and a torch implementation.
 
@@ -23,6 +26,7 @@ kiln's C++ and Triton codegens are built on it; a third-party codegen can be too
 """
 
 from ._internal import philox
+from ._internal.recompute import ARITHMETIC as ARITHMETIC_OPS
 from ._internal.shared.artifacts import ArtifactCache, ArtifactCacheError, default_cache_root
 from ._internal.shared.checks import CheckSite, raise_failed_check
 from ._internal.shared.handler import TextHandler
@@ -40,5 +44,5 @@ from ._internal.shared.walker import (
 __all__ = [
     "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",
     "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "default_cache_root", "node_summary",
-    "philox", "scatter_bases", "input_stores", "known_nonnegative", "check_option_types",
+    "philox", "scatter_bases", "input_stores", "known_nonnegative", "check_option_types", "ARITHMETIC_OPS",
 ]

@@ -7,7 +7,7 @@ import numbers
 import os
 import pathlib
 
-from kiln.loopir.codegen import check_option_types, default_cache_root
+from kiln.loopir.codegen import ARITHMETIC_OPS, check_option_types, default_cache_root
 
 # The default of `CppOptions.vectorize` when KILN_CPP_VECTORIZE is unset or empty.
 VECTORIZE_DEFAULT = True
@@ -41,33 +41,32 @@ PASSIVE_PARALLEL_THRESHOLD = 262144
 
 # Kernels of plain arithmetic (`LIGHT_OPS`: loads, compares, selects, adds, products; no exp, log,
 # division, ...) move memory more than they compute: a second thread pays off only for this many
-# times more iterations. Measured on the 2-core VM: under OMP_WAIT_POLICY=passive an add over
-# 524288 floats took 53 us on one thread and 102 us on two; the ReLU and ReLU-backward kernels of a
-# 256x512x1024 MLP training step (262144 points each) 89-105 us on one thread against 145-288 us
-# on two (BENCHMARKS.md session 16); with active waiting two threads win for an add from about
-# 65536 floats, twice PARALLEL_THRESHOLD.
+# times more iterations. Measured on the 2-core VM under OMP_WAIT_POLICY=passive (BENCHMARKS.md
+# session 16: the same kernel compiled for one thread and for two, timed in turns): a ReLU backward,
+# an add and a ReLU-backward column sum over 131072 to 2097152 float32 points ran faster on one
+# thread up to 524288 (e.g. 154.7 vs 203.5 us), even at 1048576 (249 vs 228, 225 vs 270, 192 vs
+# 192 us) and slower from 2097152; bfloat16 the same. With active waiting two threads win for an
+# add from about 65536 floats, twice PARALLEL_THRESHOLD.
 PASSIVE_LIGHT_WORK_FACTOR = 4
 LIGHT_WORK_FACTOR = 2
-LIGHT_OPS = frozenset({
-    "load", "constant", "index_expr", "to_dtype", "identity", "where", "add", "sub", "mul", "neg", "abs",
-    "relu", "maximum", "minimum", "fmax", "fmin", "copysign", "sign", "signbit", "isnan", "isinf", "ceil",
-    "floor", "trunc", "round", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
-    "logical_xor", "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor",
-})
+LIGHT_OPS = ARITHMETIC_OPS - {"truediv", "reciprocal"}  # a vector division is not cheap
+
+
+def _waits_passively() -> bool:
+    """OMP_WAIT_POLICY=passive (which libgomp reads when it loads)."""
+    return os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive"
 
 
 def light_parallel_threshold(options: CppOptions) -> int:
     """The `parallel_threshold` of a loop nest whose every op is in `LIGHT_OPS` (see above)."""
-    passive = os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive"
-    return options.parallel_threshold * (PASSIVE_LIGHT_WORK_FACTOR if passive else LIGHT_WORK_FACTOR)
+    return options.parallel_threshold * (PASSIVE_LIGHT_WORK_FACTOR if _waits_passively() else LIGHT_WORK_FACTOR)
 
 
 def default_parallel_threshold() -> int:
     """`CppOptions.parallel_threshold` when not given: PASSIVE_PARALLEL_THRESHOLD when the process
     waits passively (OMP_WAIT_POLICY=passive, which libgomp reads when it loads), else
     PARALLEL_THRESHOLD."""
-    passive = os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive"
-    return PASSIVE_PARALLEL_THRESHOLD if passive else PARALLEL_THRESHOLD
+    return PASSIVE_PARALLEL_THRESHOLD if _waits_passively() else PARALLEL_THRESHOLD
 
 
 def default_cache_dir() -> pathlib.Path:

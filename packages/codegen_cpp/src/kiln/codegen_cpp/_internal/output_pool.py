@@ -147,13 +147,6 @@ EMPTY_STRIDED_CPU = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards"
 POOL = OutputPool(EMPTY_STRIDED_CPU, _max_bytes_from_environment())
 
 
-def allocate_output(size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:
-    """A CPU tensor of these sizes and strides from the pool (`OutputPool.allocate`): the codegen
-    plugin's `allocate_output`, through which the backend also places its graphs' ATen matmul
-    outputs (a module-level function: graphs that call it pickle it by name)."""
-    return POOL.allocate(size, stride, dtype)
-
-
 def release_output_pool() -> int:
     """Free the pooled output storages no tensor uses (`kiln.codegen_cpp.release_output_pool`);
     returns the bytes released."""

@@ -13,7 +13,7 @@ from kiln.loopir import Capabilities, Codegen
 
 from .build import CppCompileError
 from .options import CppCodegenError, CppOptions
-from .output_pool import allocate_output
+from .output_pool import POOL
 
 if TYPE_CHECKING:
     from kiln.loopir import KernelGraph
@@ -45,4 +45,4 @@ CODEGEN = Codegen(
     capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True, recompute_cheap=True,
                               recompute_transcendental=False),
     errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp",
-    allocate_output=allocate_output)
+    allocate_output=POOL.allocate)  # the backend's ATen matmul outputs come from the same pool

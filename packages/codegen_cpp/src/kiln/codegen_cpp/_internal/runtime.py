@@ -173,8 +173,8 @@ class CompiledKernel:
                                             + [o.stride for o in kernel.outputs])
         self._layouts = _InputLayouts(kernel) if check_inputs else None
         self._scatter_bases = KernelSignature.of(kernel).scatter_bases
-        self._input_stores = KernelSignature.of(kernel).input_stores  # outputs written into inputs
-        self._stored_outputs = dict(self._input_stores)  # output position -> the input it is written into
+        # outputs written into inputs: output position -> that input's position
+        self._stored_outputs = dict(KernelSignature.of(kernel).input_stores)
         # A kernel without size symbols, run-time checks or scatter bases has one layout per
         # output and (checked) one per input: `_static_call` runs it from those alone.
         self._static: tuple[tuple[Any, ...], tuple[Any, ...] | None] | None = None
@@ -196,20 +196,11 @@ class CompiledKernel:
     def __call__(self, *args: Any) -> tuple[torch.Tensor, ...]:
         if _PROFILING():  # under torch.profiler each kernel is a named range (kiln::kernel3) in its tables
             with torch.profiler.record_function(f"kiln::{self.__name__}"):
-                return self._profiled_call(args)
+                outputs = self._static_call(args) if self._static is not None else None
+                return outputs if outputs is not None else self._general_call(args)
         # (the static path inline: no frame more than `_static_call` per kernel call)
-        if self._static is not None:
-            outputs = self._static_call(args)
-            if outputs is not None:
-                return outputs
-        return self._general_call(args)
-
-    def _profiled_call(self, args: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
-        if self._static is not None:
-            outputs = self._static_call(args)
-            if outputs is not None:
-                return outputs
-        return self._general_call(args)
+        outputs = self._static_call(args) if self._static is not None else None
+        return outputs if outputs is not None else self._general_call(args)
 
     def _general_call(self, args: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
         n_in = len(self.kernel.inputs)
@@ -221,12 +212,10 @@ class CompiledKernel:
             self._layouts.check(inputs, sizes)
         layouts = self._output_layouts(*sizes)
         n_out = len(self.kernel.outputs)
-        outputs = tuple(POOL.allocate(size, stride, spec.dtype)
-                        for size, stride, spec in zip(layouts[:n_out], layouts[n_out:], self.kernel.outputs))
-        if fill_requested(self.fill):
-            fill_uninitialized(outputs)
-        if self._input_stores:  # after the fill: the kernel reads these inputs' old values
-            outputs = self._stored_into_inputs(outputs, inputs)
+        outputs = self._new_outputs(inputs, [(size, stride, spec.dtype, POOL.allocate) for size, stride, spec
+                                             in zip(layouts[:n_out], layouts[n_out:], self.kernel.outputs)])
+        if fill_requested(self.fill):  # not the stored inputs: the kernel reads their old values
+            fill_uninitialized(out for pos, out in enumerate(outputs) if pos not in self._stored_outputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
             outputs[out_pos].copy_(inputs[in_pos])
         pointers = [t.data_ptr() for t in inputs] + [t.data_ptr() for t in outputs]
@@ -255,23 +244,21 @@ class CompiledKernel:
                 return None
         if fill_requested(self.fill):
             return None  # the general path fills
-        if self._input_stores:  # those outputs are their inputs' memory: nothing to allocate for them
-            stored = self._stored_outputs
-            outputs = tuple([inputs[stored[pos]] if pos in stored else allocate(size, stride, dtype)
-                             for pos, (size, stride, dtype, allocate) in enumerate(allocations)])
-        else:
+        if self._stored_outputs:
+            outputs = self._new_outputs(inputs, allocations)
+        else:  # the common case, without a frame more
             outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype, allocate in allocations])
         self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
         return outputs
 
-    def _stored_into_inputs(self, outputs: tuple[torch.Tensor, ...], inputs: Sequence[torch.Tensor]
-                            ) -> tuple[torch.Tensor, ...]:
-        """`outputs` with each stored-input output (`input_stores`) replaced by its input tensor,
-        whose memory the kernel then writes (the input's layout is the output's: checked above)."""
-        replaced = list(outputs)
-        for out_pos, in_pos in self._input_stores:
-            replaced[out_pos] = inputs[in_pos]
-        return tuple(replaced)
+    def _new_outputs(self, inputs: Sequence[torch.Tensor], allocations: Sequence[tuple[Any, Any, torch.dtype, Any]]
+                     ) -> tuple[torch.Tensor, ...]:
+        """Each output: `allocate(size, stride, dtype)`, or, for an output the kernel stores into
+        an input (`input_stores`), that input's tensor, whose memory the kernel then writes (its
+        layout is the output's: checked before), with nothing allocated for it."""
+        stored = self._stored_outputs
+        return tuple([inputs[stored[pos]] if pos in stored else allocate(size, stride, dtype)
+                      for pos, (size, stride, dtype, allocate) in enumerate(allocations)])
 
     def __repr__(self) -> str:
         return f"<compiled C++ {self.__name__}>"

@@ -275,7 +275,8 @@ def lower_extern(ctx, node, *args, **kwargs):
     # a transposed pointwise result (a backward's `where(relu <= 0, 0, grad).t()` read by the
     # weight-gradient mm) is then written in its producer's order, contiguously, and the matmul
     # reads it transposed, which BLAS does at no cost; stored in the transpose's own order, the
-    # kernel read its inputs with a stride (CPU MLP training step: 565 -> 300 us, BENCHMARKS.md).
+    # kernel read its inputs with a stride (CPU MLP training step, with `schedule._walks_across`: its
+    # backward kernels 560 + 282 -> 257 + 225 + 220 us, BENCHMARKS.md session 16).
     args = tuple(ctx.realize_in_memory_order(value, ctx.eager_values.get(arg, arg.meta.get("val")))
                  if isinstance(value, Lazy) and isinstance(arg, fx.Node) else value
                  for value, arg in zip(args, node.args))
