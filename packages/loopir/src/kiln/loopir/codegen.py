@@ -26,11 +26,11 @@ kiln's C++ and Triton codegens are built on it; a third-party codegen can be too
 """
 
 from ._internal import philox
-from ._internal.recompute import ARITHMETIC as ARITHMETIC_OPS
 from ._internal.shared.artifacts import ArtifactCache, ArtifactCacheError, default_cache_root
 from ._internal.shared.checks import CheckSite, raise_failed_check
 from ._internal.shared.handler import TextHandler
 from ._internal.shared.host import SizeFunction, compile_size, evaluate_size
+from ._internal.shared.op_costs import ARITHMETIC as ARITHMETIC_OPS
 from ._internal.shared.option_types import check_option_types
 from ._internal.shared.signs import known_nonnegative
 from ._internal.shared.walker import (

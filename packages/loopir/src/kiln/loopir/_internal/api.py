@@ -44,7 +44,7 @@ class LowerOptions:
         softmax's three loops was a float32 copy written once and read three times).
     recompute_transcendental: with `recompute_cheap`, values with costly math (exp, log, tanh,
         sqrt, pow, ...) are recomputed too; False recomputes arithmetic only
-        (`recompute.ARITHMETIC`): a softmax's exp is computed once and stored, a batch norm's
+        (`shared/op_costs.ARITHMETIC`): a softmax's exp is computed once and stored, a batch norm's
         centred input is recomputed (codegen_cpp).
     split_reductions: a long sum/prod/max/min into few outputs (a sum over dim 0, a bias
         gradient, a whole-tensor sum) runs as partial reductions over chunks of its first reduced
