@@ -233,6 +233,25 @@ def test_the_key_changes_with_dtype_shape_strides_grad_and_options():
     assert _key(base, {"cache_dir": "/elsewhere", "graph_cache_max_bytes": 5}) == _key(base)  # storage knobs
 
 
+def test_the_key_changes_with_autocast_and_the_sdpa_backends():
+    """State the dispatcher reads while AOTAutograd traces, outside the captured graph: autocast
+    (its device and dtype) and which SDPA backends are enabled (the attention op a CUDA graph
+    traces to). Dynamo recompiles on autocast changes; the same graph text then needs another key."""
+    base = _captured(lambda x: torch.relu(x) * 2, torch.randn(4, 8))
+    keys = {_key(base)}
+    for dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("cpu", dtype):
+            keys.add(_key(base))
+    flash = torch.backends.cuda.flash_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_flash_sdp(not flash)
+        keys.add(_key(base))
+    finally:
+        torch.backends.cuda.enable_flash_sdp(flash)
+    assert len(keys) == 4
+    assert _key(base) in keys  # the state restored, the first key again
+
+
 def test_the_key_changes_with_the_graph_passes_the_environment_switches(monkeypatch):
     """KILN_FOLD_CONV_BATCH_NORM=0 / KILN_DENSE_ATTENTION_MASKS=0 change what is generated: a
     graph cached with a pass on is not loaded with it off."""

@@ -216,3 +216,26 @@ def test_trunc_division_truncates_the_rounded_quotient_as_eager(dtype):
     expected = fn(a, b)
     assert (torch.trunc(a.float() / b.float()).to(dtype) != expected).any()  # the case this tests
     torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("first_under_autocast", [True, False], ids=["autocast-then-float32", "float32-then-autocast"])
+def test_a_graph_compiled_under_autocast_is_not_reused_without_it(tmp_path, first_under_autocast):
+    """Autocast is global state outside the captured graph: Dynamo recompiles when it changes,
+    and the graph text is the same. The whole-graph cache (on here, in memory and on disk) must
+    not hand the bfloat16 program to a float32 call, nor the reverse (it did: a float32 call
+    after an autocast one returned bfloat16 values)."""
+    torch._dynamo.reset()
+    model = _mlp().eval()
+    x = torch.randn(16, 64)
+    reports = []
+    options = KilnOptions.create({"codegen": "cpu", "fallback": False, "graph_cache": True, "cache_dir": str(tmp_path)})
+    compiled = torch.compile(model, backend=lambda gm, ex: _compile(gm, ex, options, reports.append))
+    with torch.no_grad():
+        for autocast in (first_under_autocast, not first_under_autocast):
+            with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+                out, ref = compiled(x), model(x)
+            assert out.dtype == ref.dtype == (torch.bfloat16 if autocast else torch.float32)
+            tolerance = RTOL[torch.bfloat16] if autocast else 1e-5
+            torch.testing.assert_close(out, ref, rtol=tolerance, atol=tolerance)
+    assert len(reports) == 2 and all(r.compiled and r.kernels for r in reports), reports
+    assert len(list(tmp_path.rglob("*.pkl"))) == 2  # two entries: two keys

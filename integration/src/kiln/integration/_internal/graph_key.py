@@ -152,10 +152,26 @@ def shape_guards(example_inputs: Sequence[Any]) -> list[Any]:
 
 
 def _state_text(example_inputs: Sequence[Any]) -> str:
+    """Global state tracing reads: a graph traced under another state is another program.
+    Autocast (outside the compiled code: Dynamo recompiles when it changes, and the same graph
+    text traced under it computes in bfloat16) and the SDPA backends (which attention op a CUDA
+    graph traces to) are read by the dispatcher while AOTAutograd traces, not seen in the graph."""
     guards = sorted(str(g.expr) for g in shape_guards(example_inputs))
     return (f"grad={torch.is_grad_enabled()} deterministic={torch.are_deterministic_algorithms_enabled()} "
             f"fill={torch.utils.deterministic.fill_uninitialized_memory} default={torch.get_default_dtype()} "
-            f"guards={guards}")
+            f"{_autocast_text()} {_sdpa_text()} guards={guards}")
+
+
+def _autocast_text() -> str:
+    devices = ("cpu", "cuda")
+    state = [f"{d}:{torch.get_autocast_dtype(d)}" if torch.is_autocast_enabled(d) else f"{d}:off" for d in devices]
+    return f"autocast={','.join(state)} cache={torch.is_autocast_cache_enabled()}"
+
+
+def _sdpa_text() -> str:
+    flags = torch.backends.cuda
+    return (f"sdpa=flash:{flags.flash_sdp_enabled()},efficient:{flags.mem_efficient_sdp_enabled()},"
+            f"math:{flags.math_sdp_enabled()},cudnn:{flags.cudnn_sdp_enabled()}")
 
 
 def _options_text(options: KilnOptions, codegen: codegens.Selected) -> str:
