@@ -233,10 +233,10 @@ def test_the_key_changes_with_dtype_shape_strides_grad_and_options():
     assert _key(base, {"cache_dir": "/elsewhere", "graph_cache_max_bytes": 5}) == _key(base)  # storage knobs
 
 
-def test_the_key_changes_with_autocast_and_the_sdpa_backends():
+def test_the_key_changes_with_autocast_the_sdpa_backends_and_the_default_device():
     """State the dispatcher reads while AOTAutograd traces, outside the captured graph: autocast
-    (its device and dtype) and which SDPA backends are enabled (the attention op a CUDA graph
-    traces to). Dynamo recompiles on autocast changes; the same graph text then needs another key."""
+    (its device and dtype), which SDPA backends are enabled (the attention op a CUDA graph
+    traces to) and the default device (of factory calls without one). Dynamo recompiles on autocast changes; the same graph text then needs another key."""
     base = _captured(lambda x: torch.relu(x) * 2, torch.randn(4, 8))
     keys = {_key(base)}
     for dtype in (torch.bfloat16, torch.float16):
@@ -248,7 +248,12 @@ def test_the_key_changes_with_autocast_and_the_sdpa_backends():
         keys.add(_key(base))
     finally:
         torch.backends.cuda.enable_flash_sdp(flash)
-    assert len(keys) == 4
+    try:
+        torch.set_default_device("meta")
+        keys.add(_key(base))
+    finally:
+        torch.set_default_device(None)
+    assert len(keys) == 5
     assert _key(base) in keys  # the state restored, the first key again
 
 

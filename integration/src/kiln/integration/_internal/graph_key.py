@@ -153,13 +153,14 @@ def shape_guards(example_inputs: Sequence[Any]) -> list[Any]:
 
 def _state_text(example_inputs: Sequence[Any]) -> str:
     """Global state tracing reads: a graph traced under another state is another program.
-    Autocast (outside the compiled code: Dynamo recompiles when it changes, and the same graph
-    text traced under it computes in bfloat16) and the SDPA backends (which attention op a CUDA
-    graph traces to) are read by the dispatcher while AOTAutograd traces, not seen in the graph."""
+    The default device (where factory calls without a device allocate), autocast (set outside
+    the compiled code: Dynamo recompiles when it changes, and the same graph text traced under
+    it computes in bfloat16) and the SDPA backends (which attention op a CUDA graph traces to)
+    are read while AOTAutograd traces; the graph does not show them."""
     guards = sorted(str(g.expr) for g in shape_guards(example_inputs))
     return (f"grad={torch.is_grad_enabled()} deterministic={torch.are_deterministic_algorithms_enabled()} "
             f"fill={torch.utils.deterministic.fill_uninitialized_memory} default={torch.get_default_dtype()} "
-            f"{_autocast_text()} {_sdpa_text()} guards={guards}")
+            f"device={torch.get_default_device()} {_autocast_text()} {_sdpa_text()} guards={guards}")
 
 
 def _autocast_text() -> str:
