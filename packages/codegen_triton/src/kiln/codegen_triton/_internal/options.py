@@ -40,6 +40,11 @@ class TritonOptions:
         dim 0: outer points are the contiguous columns, so a wide block reads whole runs of
         them); its RBLOCK is then at most `rblock` and `strided_tile // XBLOCK`.
     strided_tile: most XBLOCK x RBLOCK elements one loop step of a strided reduction reads.
+        64 x 8 with a warp per 256 bytes (8 bytes per thread), against 32 x 64 with a warp per
+        512 bytes, measured on an H100 (sums over dim 0 of 2^26 elements at 512 to 16384
+        columns, loopir's split counts, CUDA graph replays, `tools/strided_tile_probe.py`,
+        BENCHMARKS.md session 17): bfloat16 67-76 -> 75-80% of copy, float32 85-87 -> 87-89%.
+        Tiles holding 16 bytes per thread lost in bfloat16 (64 x 16 with 4 warps: 57-60%).
     contiguous_rblock: the same when every loop over reduction ranges reads them contiguously
         (softmax, layer norm, sum over the last dim): RBLOCK grows up to this, and XBLOCK
         shrinks so that XBLOCK * RBLOCK stays within reduction_xblock * rblock. Rows up to
@@ -54,7 +59,7 @@ class TritonOptions:
         85 -> 84%; the same for bfloat16 rows lost (layer norm 82 -> 57%).
     num_warps: warps per pointwise program (ignored by the Triton interpreter).
     max_reduction_warps: reduction (and tiled) programs get one warp per KiB of their
-        XBLOCK x RBLOCK (x YBLOCK) tile's widest input (strided reductions: per 512 bytes), at
+        XBLOCK x RBLOCK (x YBLOCK) tile's widest input (strided reductions: per 256 bytes), at
         least 2 and at most this.
     tile_block: most points along each dim of a 2-D tiled pointwise program (a kernel that
         loads along one dim and stores along another, as a transpose does: see `tiling.py`).
@@ -94,8 +99,8 @@ class TritonOptions:
     xblock: int = 1024
     reduction_xblock: int = 8
     rblock: int = 128
-    strided_xblock: int = 32
-    strided_tile: int = 2048
+    strided_xblock: int = 64
+    strided_tile: int = 512
     contiguous_rblock: int = 8192
     float32_contiguous_rblock: int = 16384
     num_warps: int = 4

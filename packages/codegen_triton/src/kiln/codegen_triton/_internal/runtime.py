@@ -65,7 +65,7 @@ class _Plan:
 
 # Measured on an H200 (tools/bench_gpu_rows.py, BENCHMARKS.md): 1 KiB of the tile's widest
 # input per warp beat 512 B and 2 KiB across softmax, norms, var_mean and sums at rows of 1024
-# to 16384, float32 and bfloat16; strided reductions did best with twice the warps.
+# to 16384, float32 and bfloat16; strided reductions do best with four times the warps.
 _TILE_BYTES_PER_WARP = 1024
 # A kernel that holds whole rows (`serialize.rereads_rows`: var_mean's two loops, no row
 # stored): rows up to `float32_contiguous_rblock` elements in one step whatever their dtype, one
@@ -301,8 +301,9 @@ class TritonKernel:
         if self._holds_rows:
             return max(2, min(_HELD_ROW_MAX_WARPS, self.options.max_reduction_warps,
                               tile_bytes // _HELD_ROW_BYTES_PER_WARP))
-        # A strided reduction's loads are short runs along XBLOCK: it needs more warps in flight.
-        per_warp = _TILE_BYTES_PER_WARP if self.contiguous or self.tile else _TILE_BYTES_PER_WARP // 2
+        # A strided reduction's loads are short runs along XBLOCK: it needs more warps in flight
+        # (8 bytes per thread: see `TritonOptions.strided_tile`).
+        per_warp = _TILE_BYTES_PER_WARP if self.contiguous or self.tile else _TILE_BYTES_PER_WARP // 4
         return max(2, min(self.options.max_reduction_warps, tile_bytes // per_warp))
 
     @functools.cached_property
