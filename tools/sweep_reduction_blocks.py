@@ -88,7 +88,10 @@ def main() -> None:
                         help="RBLOCK caps to try (those above the row are skipped)")
     parser.add_argument("--per-warp", nargs="+", type=int, default=[512, 1024, 2048, 4096],
                         help="bytes of tile per warp to try")
+    parser.add_argument("--held-max-warps", type=int, default=runtime._HELD_ROW_MAX_WARPS,
+                        help="most warps of a kernel holding whole rows (runtime._HELD_ROW_MAX_WARPS)")
     args = parser.parse_args()
+    runtime._HELD_ROW_MAX_WARPS = args.held_max_warps
     dtypes = [getattr(torch, d) for d in args.dtypes]
     os.environ["BENCH_GRAPHS"] = "1"
     cache, rows = pathlib.Path(tempfile.mkdtemp()), []

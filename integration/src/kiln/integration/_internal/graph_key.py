@@ -5,7 +5,8 @@ Five parts, each hashed on its own so a miss can say which one changed (logged a
            content of the tensors it reads as attributes;
   inputs   each example input's dtype, sizes and strides (symbols by name), storage offset,
            device, layout, requires_grad, and which inputs share storage;
-  state    grad mode, deterministic mode, the default dtype, and the shape environment's guards;
+  state    grad mode, deterministic mode, the default dtype and device, autocast, the enabled SDPA
+           backends, and the shape environment's guards;
   options  the backend's options that change what is generated, the codegen and its options;
   versions torch, Triton (when installed), Python, a hash of kiln's own source files (so editing
            kiln invalidates its cache), the machine and CPU, and the codegen's compiler when it
