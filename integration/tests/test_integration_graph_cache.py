@@ -257,6 +257,22 @@ def test_the_key_changes_with_autocast_the_sdpa_backends_and_the_default_device(
     assert _key(base) in keys  # the state restored, the first key again
 
 
+def test_the_key_follows_the_global_state_dynamo_guards_on():
+    """Whatever global state Dynamo recompiles for (here the float32 matmul precision flag, which
+    no other part of the key names) gives another key: a recompile never loads an entry stored
+    under the old state."""
+    base = _captured(lambda x: torch.relu(x) * 2, torch.randn(4, 8))
+    assert "dynamo_state={" in dict(_key(base, parts=True))["state"]
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        keys = {_key(base)}
+        torch.backends.cuda.matmul.allow_tf32 = not before
+        keys.add(_key(base))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    assert len(keys) == 2
+
+
 def test_the_key_changes_with_the_graph_passes_the_environment_switches(monkeypatch):
     """KILN_FOLD_CONV_BATCH_NORM=0 / KILN_DENSE_ATTENTION_MASKS=0 change what is generated: a
     graph cached with a pass on is not loaded with it off."""

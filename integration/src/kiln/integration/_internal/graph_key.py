@@ -6,7 +6,8 @@ Five parts, each hashed on its own so a miss can say which one changed (logged a
   inputs   each example input's dtype, sizes and strides (symbols by name), storage offset,
            device, layout, requires_grad, and which inputs share storage;
   state    grad mode, deterministic mode, the default dtype and device, autocast, the enabled SDPA
-           backends, and the shape environment's guards;
+           backends, the global state Dynamo guards on (as it serializes it), and the shape
+           environment's guards;
   options  the backend's options that change what is generated, the codegen and its options;
   versions torch, Triton (when installed), Python, a hash of kiln's own source files (so editing
            kiln invalidates its cache), the machine and CPU, and the codegen's compiler when it
@@ -161,7 +162,21 @@ def _state_text(example_inputs: Sequence[Any]) -> str:
     guards = sorted(str(g.expr) for g in shape_guards(example_inputs))
     return (f"grad={torch.is_grad_enabled()} deterministic={torch.are_deterministic_algorithms_enabled()} "
             f"fill={torch.utils.deterministic.fill_uninitialized_memory} default={torch.get_default_dtype()} "
-            f"device={torch.get_default_device()} {_autocast_text()} {_sdpa_text()} guards={guards}")
+            f"device={torch.get_default_device()} {_autocast_text()} {_sdpa_text()} {_dynamo_state_text()} "
+            f"guards={guards}")
+
+
+def _dynamo_state_text() -> str:
+    """The global state Dynamo guards every frame on (grad mode, autocast, default dtype, torch
+    function modes, matmul precision flags, thread count), as Dynamo serializes it: a graph
+    Dynamo recompiles for a change of global state then never meets an entry stored under the
+    old one, whatever state a later torch adds. Parts that change nothing kiln generates (the
+    thread count) cost a miss, never a wrong hit."""
+    guard = getattr(torch._C._dynamo.guards, "GlobalStateGuard", None)
+    try:
+        return f"dynamo_state={guard().__getstate__()}"
+    except (AttributeError, TypeError, RuntimeError):  # a torch without the serialized form
+        return "dynamo_state=unavailable"
 
 
 def _autocast_text() -> str:
