@@ -151,3 +151,52 @@ def test_each_matmul_writes_the_allocated_tensor(monkeypatch, op, args, kwargs):
     got = pooled_matmuls._MATMULS[op]("test", *small, **kwargs)
     assert len(handed) == 1
     torch.testing.assert_close(got, op(*small, **kwargs))
+
+
+def _gated_mlp(x, w1, w2, w3):
+    return (torch.nn.functional.silu(x @ w1) * (x @ w2)) @ w3
+
+
+def test_a_kernel_writes_into_the_dead_matmul_output_it_reads(graphs, monkeypatch):
+    """codegen_cpp's `reuse_extern_outputs`: the SiLU * up node of a gated MLP stores into the
+    gate matmul's output (dead once read), as Inductor's kernel does (`in_out_ptr0`); eager's
+    values on every call, the pool's storages handed out again between calls."""
+    from kiln.loopir._internal import input_stores
+
+    planned = []
+    real = input_stores.plan_extern_output_reuse
+
+    def spy(lowered, plan):
+        result = real(lowered, plan)
+        planned.append([pair for item in result.items for pair in getattr(item, "stored_inputs", ())])
+        return result
+
+    monkeypatch.setattr("kiln.loopir._internal.api.plan_extern_output_reuse", spy)
+    args = (_randn(512, 256), _randn(256, 1024, seed=1) / 16, _randn(256, 1024, seed=2) / 16,
+            _randn(1024, 256, seed=3) / 32)
+    compiled, calls = _compile(_gated_mlp)
+    with torch.no_grad():
+        for seed in range(3):
+            x = _randn(512, 256, seed=10 + seed)
+            torch.testing.assert_close(compiled(x, *args[1:]), _gated_mlp(x, *args[1:]), rtol=1e-4, atol=1e-4)
+    assert calls
+    assert planned and len(planned[0]) == 1, planned  # the product written into a matmul's output
+
+
+def test_gradients_with_kernels_writing_into_matmul_outputs_match_eager():
+    """A training forward saves the matmul outputs SiLU's backward reads: those stay alive (graph
+    outputs), so nothing is written into them; the gradients are eager's."""
+    torch.manual_seed(0)
+    weights = [torch.nn.Parameter(_randn(*shape, seed=s) / 16) for s, shape in
+               enumerate(((256, 512), (256, 512), (512, 256)))]
+    reference = [w.detach().clone().requires_grad_() for w in weights]
+    x = _randn(128, 256, seed=7)
+    compiled, calls = _compile(_gated_mlp)
+    for _ in range(2):
+        for w in weights:
+            w.grad = None
+        compiled(x, *weights).square().mean().backward()
+    _gated_mlp(x, *reference).square().mean().backward()
+    assert calls
+    for got, want in zip(weights, reference):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)

@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from kiln.decomp import loop_level
 from kiln.loopir import lower, stored_positions, verify
 
 
@@ -56,3 +57,57 @@ def test_unsafe_writes_stay_the_callers_copies(fn):
 
 def test_two_writes_into_one_input_are_refused():
     assert _written(lambda x: (x + 1, x + 2), torch.randn(4, 8), writes=((0, 0), (1, 0))) == {}
+
+
+# A pointwise node storing into a dead matmul output it reads (`LowerOptions.reuse_extern_outputs`).
+
+def _reuse_stores(fn, *args, reuse=True) -> list[tuple[str, str]]:
+    """Lower `fn` (loop-level decompositions) with extern-output reuse, check the kernel graph
+    and its values against eager (reference evaluator, twice), and return the stores made as
+    (node, extern output) pairs; every target is a matmul's output."""
+    kg = lower(make_fx(fn, decomposition_table=loop_level())(*args), reuse_extern_outputs=reuse)
+    verify(kg)
+    for _ in range(2):
+        for got, want in zip(kg(*args), fn(*args)):
+            torch.testing.assert_close(got, want)
+    matmuls = {e.spec.name for e in kg.externs}
+    stores = [pair for k in kg.kernels for pair in k.stored_inputs]
+    assert all(into in matmuls for _, into in stores)
+    return stores
+
+
+def _mats():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(16, 8, generator=g), torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
+
+
+def _gated(x, w1, w2):
+    return (torch.nn.functional.silu(x @ w1) * (x @ w2),)
+
+
+def test_a_pointwise_node_stores_into_the_dead_matmul_output_it_reads():
+    assert len(_reuse_stores(_gated, *_mats())) == 1
+    assert _reuse_stores(_gated, *_mats(), reuse=False) == []  # only when asked for
+
+
+def _returned_too(x, w1, w2):
+    a = x @ w1
+    return torch.relu(a) * 2, a
+
+
+def _read_later(x, w1, w2):
+    a = x @ w1
+    return ((torch.relu(a) * 2) @ a.t(),)
+
+
+def _stored_elsewhere(x, w1, w2):
+    return (torch.relu((x @ w1)[:, :8]).t() * 2,)
+
+
+def _reduced(x, w1, w2):
+    return (torch.relu(x @ w1).sum(1),)
+
+
+@pytest.mark.parametrize("fn", [_returned_too, _read_later, _stored_elsewhere, _reduced])
+def test_no_store_into_a_matmul_output_that_stays_alive_or_is_read_elsewhere(fn):
+    assert _reuse_stores(fn, *_mats()) == []

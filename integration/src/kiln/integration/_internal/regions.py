@@ -138,7 +138,8 @@ def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions,
         recompute_transcendental=plugin.capabilities.recompute_transcendental,
         split_reductions=plugin.capabilities.split_reductions, output_views=output_views,
         welford=plugin.capabilities.welford, input_writes=tuple(region.meta.get(WRITES_KEY, ())),
-        private_outputs=tuple(region.meta.get(PRIVATE_KEY, ()))))
+        private_outputs=tuple(region.meta.get(PRIVATE_KEY, ())),
+        reuse_extern_outputs=plugin.capabilities.reuse_extern_outputs))
     if check:
         loopir.verify(kernel_graph)
     return kernel_graph

@@ -41,8 +41,10 @@ CODEGEN = Codegen(
     name="cpu", devices=("cpu",), compile=compile_kernel_graph, make_options=options_from,
     # rows in a per-thread scratch row; bfloat16/float16 stored as 16 bits, computed in float;
     # cheap arithmetic read by several loops is recomputed by each (a batch norm's centred input),
-    # costly math (a softmax's exp) is stored once: a CPU's vector exp costs more than its load
+    # costly math (a softmax's exp) is stored once: a CPU's vector exp costs more than its load;
+    # a pointwise node after a matmul writes into the matmul's dead output (its cache lines are
+    # resident: no write-allocate of a fresh buffer)
     capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True, recompute_cheap=True,
-                              recompute_transcendental=False),
+                              recompute_transcendental=False, reuse_extern_outputs=True),
     errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp",
     allocate_output=POOL.allocate)  # the backend's ATen matmul outputs come from the same pool

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from .input_stores import plan_input_stores, return_stored_inputs
+from .input_stores import plan_extern_output_reuse, plan_input_stores, return_stored_inputs
 from .kernel_graph import KernelGraph, build_kernel_graph
 from .lower import LoweringError, lower_graph
 from .registry import Lowerings
@@ -72,6 +72,10 @@ class LowerOptions:
         their mean, beside the sum of the values in the same kernel) becomes a `Welford` node
         over the values themselves (`welford.py`), so both reduce in one pass: for codegens with
         the `welford` capability (codegen_triton, whose long rows are read once, not twice).
+    reuse_extern_outputs: a pointwise kernel node may store its value into the memory of a
+        matmul's (or convolution's) output it reads where nothing after the kernel reads that
+        output (`input_stores.plan_extern_output_reuse`), as Inductor's wrapper reuses dead
+        buffers: a SiLU * up after two matmuls writes where it reads, no new buffer.
     """
 
     lowerings: Lowerings | None = None
@@ -85,6 +89,7 @@ class LowerOptions:
     welford: bool = False
     input_writes: tuple[tuple[int, int], ...] = ()
     private_outputs: tuple[int, ...] = ()
+    reuse_extern_outputs: bool = False
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -102,6 +107,8 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     if options.welford:
         plan = welford_schedule(plan)
     plan, stored = plan_input_stores(lowered, plan, options.input_writes)
+    if options.reuse_extern_outputs:
+        plan = plan_extern_output_reuse(lowered, plan)
     kg = build_kernel_graph(gm, lowered, plan, copy_shared_views=not options.output_views)
     return_stored_inputs(kg.gm, stored)
     share_private_outputs(kg.gm, options.private_outputs)

@@ -98,6 +98,48 @@ def _writing_kernel(lowered: LoweredGraph, items: list, out_pos: int, target: Bu
     return (position, node) if _reads_only_where_stored(kernel, node, target.name) else None
 
 
+# Externs whose result is always a new tensor of their own (never a view of an argument).
+_FRESH_RESULT_OPS = ("mm", "addmm", "bmm", "baddbmm", "convolution")
+
+
+def plan_extern_output_reuse(lowered: LoweredGraph, plan: Schedule) -> Schedule:
+    """`plan` with each pointwise kernel node that may store its value into the memory of an
+    extern's output it reads doing so (`Kernel.stored_inputs`; `LowerOptions.reuse_extern_outputs`).
+
+    Safe where: the extern is a matmul or convolution with one result (a new tensor, no view of
+    anything); no graph output views that result; no kernel or extern after this kernel reads it;
+    the node's buffer has its dtype, sizes and strides; inside the kernel only the node reads it,
+    and only at the index it stores (each element is read before it is overwritten, by the same
+    thread); no other store targets it. The result is then dead once the node has read it, and the
+    node's buffer is that memory (a runtime that allocates anyway stays correct)."""
+    escaping = {o.buffer for o in lowered.outputs if isinstance(o, StridedView)}
+    items = list(plan.items)
+    fresh: set[str] = set()
+    for position, item in enumerate(items):
+        if not isinstance(item, Kernel):
+            if not item.items and item.op.overloadpacket.__name__ in _FRESH_RESULT_OPS:
+                fresh.add(item.spec.name)
+            continue
+        candidates = [spec for spec in item.inputs if spec.name in fresh and spec.name not in escaping]
+        if not candidates:
+            continue
+        later = set().union(*(_reads(other) for other in items[position + 1:]))
+        taken = {into for _, into in item.stored_inputs}
+        storing = {out for out, _ in item.stored_inputs}
+        outputs = {o.name for o in item.outputs}
+        for node in item.nodes:
+            if type(node.body) is not Pointwise or node.name not in outputs or node.name in storing:
+                continue
+            target = next((spec for spec in candidates if spec.name not in later and spec.name not in taken
+                           and spec.dtype == node.spec.dtype and _same_layout(node.spec, spec)
+                           and _reads_only_where_stored(item, node, spec.name)), None)
+            if target is not None:
+                item = dataclasses.replace(item, stored_inputs=(*item.stored_inputs, (node.name, target.name)))
+                taken.add(target.name)
+        items[position] = item
+    return dataclasses.replace(plan, items=tuple(items))
+
+
 def _same_layout(value: StridedView | BufferSpec, target: BufferSpec) -> bool:
     return same_exprs(value.size, target.size) and same_exprs(value.stride, target.stride)
 

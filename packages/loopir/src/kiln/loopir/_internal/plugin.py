@@ -42,6 +42,8 @@ class Capabilities:
     welford: it runs `Welford` reductions (ops.reduction's "welford"), so a variance's two
         passes over its values (a mean, then a sum of squared deviations from it) become one
         (`LowerOptions.welford`): for targets whose long rows are read from memory once per pass.
+    reuse_extern_outputs: a pointwise node may store into a dead matmul output it reads
+        (`LowerOptions.reuse_extern_outputs`): its runtime honours `Kernel.stored_inputs`.
     """
 
     dtypes: frozenset[torch.dtype] = SUPPORTED_DTYPES
@@ -52,6 +54,7 @@ class Capabilities:
     split_reductions: bool = False
     recompute_transcendental: bool = True
     welford: bool = False
+    reuse_extern_outputs: bool = False
 
 
 def _no_options(settings: Mapping[str, Any]) -> None:
