@@ -1,8 +1,8 @@
 """`nox -s fuzz`: a differential fuzzer. Random programs, compiled by kiln, compared with eager.
 
 Each program is a few lines of PyTorch over one to three random inputs, drawn from pointwise
-ops, reductions, views, indexing, cat/stack, softmax and norms, casts, and in-place ops (on
-inputs too). A program is grown one line at a time, each line kept only if eager runs it, so
+ops, reductions, views, indexing, cat/stack, softmax and norms, casts, matmuls (with kernels
+reading their results), and in-place ops (on inputs too). A program is grown one line at a time, each line kept only if eager runs it, so
 every program is valid eager code. Inputs are contiguous, channels-last (4-d) or transposed
 (their last two dims' strides swapped), so layouts other than the default reach every op. Each
 runs through one configuration, round robin over {C++ codegen, Triton interpreter} x {static
@@ -92,10 +92,14 @@ CASTS = ("{a}.double()", "{a}.half().float()", "{a}.bfloat16().float()", "{a}.to
 INPLACE = ("{a}.add_(1)", "{a}.mul_(0.5)", "{a}.clamp_(-1, 1)", "{a}.sub_({b})", "{a}.copy_({a} * 2)",
            "{a}.relu_()", "{a}.div_(2)")
 INPLACE_VIEW = ("{a}[0].zero_()", "{a}.select(-1, 0).fill_(3.0)", "{a}[..., :1].mul_(2)")
+# Matmuls (ATen externs inside kiln's regions) with kernels reading their results: where a kernel
+# may store into a dead matmul output (codegen_cpp's reuse_extern_outputs), and where it may not.
+MATMULS = ("{a} @ {a}.transpose(-1, -2)", "{a}.transpose(-1, -2) @ {b}", "torch.relu({a} @ {b}.transpose(-1, -2)) * 2",
+           "torch.sigmoid({a} @ {a}.transpose(-1, -2)) * ({a} @ {b}.transpose(-1, -2))")
 GROUPS: tuple[tuple[str, tuple[str, ...], float], ...] = (
     ("unary", UNARY, 3), ("binary", BINARY, 3), ("reduction", REDUCTIONS, 2.5), ("view", VIEWS, 2.5),
     ("indexing", INDEXING, 1), ("cat", CAT, 1), ("norm", NORMS, 1.5), ("cast", CASTS, 0.7),
-    ("discontinuous", DISCONTINUOUS, 1), ("exact", EXACT_UNARY, 0.5))
+    ("discontinuous", DISCONTINUOUS, 1), ("exact", EXACT_UNARY, 0.5), ("matmul", MATMULS, 1))
 EXACT_TEMPLATES = set(VIEWS) | set(EXACT_UNARY) | {"{a}[{index}]", "torch.index_select({a}, {d}, {index})",
                                                     "{a}.roll(1, {d})", "{a}.tril()",
                                                     "torch.cat([{a}, {a}.flip({d})], {d})"}
