@@ -73,7 +73,7 @@ def two_pass_times(width: int, dtype_name: str, elements: int) -> dict[str, floa
 def has_welford_fold(fn, args) -> bool:
     from kiln.integration import explain
     torch._dynamo.reset()
-    return "kiln_device.welford_step" in explain(fn, *args, options={"fallback": False}).source
+    return "kiln_device.welford_combine" in explain(fn, *args, options={"fallback": False}).source
 
 
 def measure_row(name, fn, args, width, dtype_name, bandwidth, two_pass) -> str:

@@ -123,20 +123,17 @@ else:
 
 
 @triton.jit
-def welford_step(mean, m2, shifted, mask, done, count):
-    """A row's running (mean, m2) of its first `done` values combined with the next `count`,
-    `shifted` where `mask` is set: their mean, then their sum of squared deviations from it (two
-    passes over registers), then Chan et al.'s pairwise update. Counts are per step, not per
-    element: nothing is divided per element. An infinity or NaN makes m2 NaN, as eager's
-    variance of such a row is."""
-    chunk_mean = tl.sum(tl.where(mask, shifted, 0.0), 1)[:, None] / count
-    deviation = tl.where(mask, shifted - chunk_mean, 0.0)
-    chunk_m2 = tl.sum(deviation * deviation, 1)[:, None]
-    delta = chunk_mean - mean
-    share = count / (done + count)
-    # (delta * done * share) * delta, not delta * delta * ...: at the first step (done 0) a
-    # delta whose square overflows must add 0, not inf * 0
-    return mean + delta * share, m2 + chunk_m2 + (delta * (done * share)) * delta
+def welford_combine(mean_a, m2_a, count_a, mean_b, m2_b, count_b):
+    """The combine function of a Welford reduction's lanes (`welford_source.py`): the (mean, m2,
+    count) of two disjoint sets of values, Chan et al.'s pairwise update. A lane that saw no
+    value (count 0) changes nothing; an infinity or NaN makes m2 NaN, as eager's variance of
+    such a row is."""
+    count = count_a + count_b
+    share = tl.where(count == 0, 0.0, count_b / count)
+    delta = mean_b - mean_a
+    # (delta * count_a * share) * delta, not delta * delta * ...: with count_a 0 a delta whose
+    # square overflows must add 0, not inf * 0
+    return mean_a + delta * share, m2_a + m2_b + (delta * (count_a * share)) * delta, count
 
 
 @triton.jit

@@ -151,8 +151,6 @@ class TritonHandler(TextHandler):
         # How many statements a later node of a shared reduction loop found after the loop (see
         # `reduction`): its body's values all come from the loop's first node, so it adds none.
         self.shared_loop_mark = 0
-        # Sums of the reduction loop being emitted fold at every step (see `_accumulate`).
-        self.per_step_sums = False
         self.scan_init: list[str] = []  # a scan's running value, declared before its loop
         # Masks of the loop being emitted (kernel_source sets them): what an indirect index, a
         # value of that loop, is masked by where it is used.
@@ -325,16 +323,11 @@ class TritonHandler(TextHandler):
 
     def _accumulate(self, name: str, reduction_type: str, dtype: torch.dtype, value: str
                     ) -> tuple[tuple[str, ...], Callable[[], str]]:
-        """Each lane accumulates its values; the fold combines the lanes after the loop. In a loop
-        with row state (`per_step_sums`: a Welford's), a sum is folded at every step instead, into
-        one value per row: no [XBLOCK, RBLOCK] accumulator stays live beside the step's values."""
+        """Each lane accumulates its values; the fold combines the lanes after the loop."""
         acc = f"acc_{name}"
         identity = reduction_identity(reduction_type, dtype)
         masked = self.var(f"tl.where(xmask & rmask, {value}, {identity})")
         target = tl_dtype(dtype, self._where())
-        if self.per_step_sums and reduction_type == "sum":
-            self.lines.append(f"{acc} = {acc} + tl.sum({masked}, 1)[:, None]")
-            return (f"{acc} = tl.zeros([XBLOCK, 1], {target})",), lambda: acc
         self.lines.append(f"{acc} = " + _REDUCTION_UPDATE[reduction_type].format(acc=acc, v=masked))
         init = (f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {target})",)
         return init, functools.partial(self.var, _REDUCTION_FOLD[reduction_type].format(acc=acc) + "[:, None]")

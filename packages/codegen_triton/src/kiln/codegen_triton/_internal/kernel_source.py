@@ -141,7 +141,6 @@ def _reduction_lines(walker: KernelWalker, nodes: Sequence[ComputedBuffer]) -> l
     """One loop over the reduction ranges of `nodes` (one node, or a shared loop), then each
     node's fold and store."""
     handler: TritonHandler = walker.handler
-    handler.per_step_sums = any(node.body.reduction_type == "welford" for node in nodes)
     with walker.reduction(nodes[0]) as parts:
         for node in nodes:
             handler.loop_masks, handler.loop_ranges = ("xmask", "rmask"), node.reduction_ranges

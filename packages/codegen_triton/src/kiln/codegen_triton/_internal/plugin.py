@@ -37,8 +37,11 @@ CODEGEN = Codegen(
     # GPUs are memory-bound: cheap values several users read are recomputed, not stored.
     # A long reduction into few outputs (a sum over dim 0) runs in two stages, on enough programs.
     # The one-pass variance (Welford: a row read once, not twice) is correct on an H200 (GPU training
-    # gradients included) but slower than two passes, whose second read hits L1/L2: 0.75-1.07x in 15 of
-    # 18 rows of `tools/bench_welford.py --graphs` (BENCHMARKS.md session 13). Off.
+    # gradients included) but slower than two passes: session 13's per-step form 0.75-1.07x in 15 of 18
+    # rows of `tools/bench_welford.py --graphs`; session 17's per-lane form (welford_source.py, Inductor's)
+    # slower in 17 of 18 rows with these launch heuristics, which give it whole rows per step (RBLOCK up to
+    # 16384: three float32 states per lane spill; Inductor runs it with RBLOCK 2048). Off until Welford
+    # kernels get blocks of their own (BENCHMARKS.md session 17).
     capabilities=Capabilities(row_fusion=True, row_temporaries=True, bias_epilogues=True, recompute_cheap=True,
                               split_reductions=True, welford=False),
     errors=(TritonCodegenError,), artifacts_key="kiln_triton", source_suffix=".py", check_device=check_device)
