@@ -87,7 +87,10 @@ def bench(name, fn, args, repeat, moved=None, bandwidth=None):
     return row + [str(report.kernel_count), str(len(report.fallback_nodes)), f"{kiln_compile:.1f}", f"{error:.1e}"]
 
 
-def training_step(repeat: int) -> list[str]:
+def bert_training_steps(amp: bool = True) -> dict:
+    """{"eager" | "inductor" | "kiln": step} for the BERT 6L d768 8x512 training step (forward, a
+    mean-square loss, backward; no optimizer), autocast bf16 when `amp`, each backend on its own
+    copy of one randomly initialized model (dropout 0)."""
     import transformers
 
     torch.manual_seed(0)
@@ -99,18 +102,23 @@ def training_step(repeat: int) -> list[str]:
 
     def make_step(module):
         def step():
-            with torch.autocast("cuda", torch.bfloat16):
+            with torch.autocast("cuda", torch.bfloat16, enabled=amp):
                 loss = module(ids).last_hidden_state.float().square().mean()
             loss.backward()
             return loss.detach()
         return step
 
-    results = {}
+    steps = {}
     for label, backend in (("eager", None), ("inductor", "inductor"), ("kiln", kiln_backend)):
         torch._dynamo.reset()
         module = copy.deepcopy(model)
-        compiled = module if backend is None else torch.compile(module, backend=backend)
-        step = make_step(compiled)
+        steps[label] = make_step(module if backend is None else torch.compile(module, backend=backend))
+    return steps
+
+
+def training_step(repeat: int) -> list[str]:
+    results = {}
+    for label, step in bert_training_steps().items():
         first = step()
         results[label] = (median_seconds(step, repeat, device=DEVICE), float(first))
     eager, inductor, kiln = (results[k][0] for k in ("eager", "inductor", "kiln"))

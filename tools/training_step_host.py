@@ -2,8 +2,8 @@
 
     python tools/training_step_host.py amp|fp32 [--rounds 15] [--cprofile 45]
 
-The step of `tools/bench_low_precision.py --suite train` (forward, a mean-square loss, backward; no
-optimizer), with autocast bf16 (`amp`) or in float32. Prints, per backend, the median host time to
+The step of `tools/bench_low_precision.py --suite train` (`bert_training_steps`: forward, a
+mean-square loss, backward; no optimizer), with autocast bf16 (`amp`) or in float32. Prints, per backend, the median host time to
 enqueue a step and its wall time with a sync (interleaved rounds), the GPU time and kernel count per
 step (torch.profiler), the top GPU kernels, and kiln's costliest Python functions (cProfile, own
 time). Run the two modes in separate processes: each compiles its own graphs.
@@ -12,7 +12,6 @@ time). Run the two modes in separate processes: each compiles its own graphs.
 from __future__ import annotations
 
 import argparse
-import copy
 import cProfile
 import io
 import pstats
@@ -20,9 +19,7 @@ import statistics
 import time
 
 import torch
-import transformers
-
-from kiln.integration import backend as kiln_backend
+from bench_low_precision import bert_training_steps
 
 
 def main() -> None:
@@ -31,28 +28,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--cprofile", type=int, default=45, help="rows of kiln's cProfile (0: none)")
     args = parser.parse_args()
-    torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
-                                     intermediate_size=3072, vocab_size=8192, hidden_dropout_prob=0.0,
-                                     attention_probs_dropout_prob=0.0)
-    model = transformers.BertModel(config).cuda().train()
-    ids = torch.randint(0, 8192, (8, 512), device="cuda")
-
-    def make_step(module):
-        def step():
-            with torch.autocast("cuda", torch.bfloat16, enabled=args.mode == "amp"):
-                loss = module(ids).last_hidden_state.float().square().mean()
-            loss.backward()
-            return loss.detach()
-        return step
-
-    steps = {}
-    for label, backend in (("eager", None), ("inductor", "inductor"), ("kiln", kiln_backend)):
-        torch._dynamo.reset()
-        module = copy.deepcopy(model)
-        steps[label] = make_step(module if backend is None else torch.compile(module, backend=backend))
+    steps = bert_training_steps(amp=args.mode == "amp")
+    for step in steps.values():
         for _ in range(3):
-            steps[label]()
+            step()
     torch.cuda.synchronize()
     host, wall = {k: [] for k in steps}, {k: [] for k in steps}
     for _ in range(args.rounds):

@@ -157,7 +157,7 @@ def _gated_mlp(x, w1, w2, w3):
     return (torch.nn.functional.silu(x @ w1) * (x @ w2)) @ w3
 
 
-def test_a_kernel_writes_into_the_dead_matmul_output_it_reads(graphs, monkeypatch):
+def test_a_kernel_writes_into_the_dead_matmul_output_it_reads(monkeypatch):
     """codegen_cpp's `reuse_extern_outputs`: the SiLU * up node of a gated MLP stores into the
     gate matmul's output (dead once read), as Inductor's kernel does (`in_out_ptr0`); eager's
     values on every call, the pool's storages handed out again between calls."""
@@ -184,8 +184,9 @@ def test_a_kernel_writes_into_the_dead_matmul_output_it_reads(graphs, monkeypatc
 
 
 def test_gradients_with_kernels_writing_into_matmul_outputs_match_eager():
-    """A training forward saves the matmul outputs SiLU's backward reads: those stay alive (graph
-    outputs), so nothing is written into them; the gradients are eager's."""
+    """With kernels writing into dead matmul outputs in the forward and backward graphs (the
+    outputs SiLU's backward reads are saved, graph outputs, so never written), the gradients are
+    eager's over two steps."""
     torch.manual_seed(0)
     weights = [torch.nn.Parameter(_randn(*shape, seed=s) / 16) for s, shape in
                enumerate(((256, 512), (256, 512), (512, 256)))]

@@ -158,7 +158,9 @@ def _state_text(example_inputs: Sequence[Any]) -> str:
     The default device (where factory calls without a device allocate), autocast (set outside
     the compiled code: Dynamo recompiles when it changes, and the same graph text traced under
     it computes in bfloat16) and the SDPA backends (which attention op a CUDA graph traces to)
-    are read while AOTAutograd traces; the graph does not show them."""
+    are read while AOTAutograd traces; the graph does not show them. Dynamo's serialized state
+    repeats grad mode, autocast and the default dtype: they stay named here for a torch whose
+    guard has no serialized form (untested on torch 2.11 so far)."""
     guards = sorted(str(g.expr) for g in shape_guards(example_inputs))
     return (f"grad={torch.is_grad_enabled()} deterministic={torch.are_deterministic_algorithms_enabled()} "
             f"fill={torch.utils.deterministic.fill_uninitialized_memory} default={torch.get_default_dtype()} "

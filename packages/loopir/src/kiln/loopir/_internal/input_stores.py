@@ -114,23 +114,24 @@ def plan_extern_output_reuse(lowered: LoweredGraph, plan: Schedule) -> Schedule:
     node's buffer is that memory (a runtime that allocates anyway stays correct)."""
     escaping = {o.buffer for o in lowered.outputs if isinstance(o, StridedView)}
     items = list(plan.items)
+    last_read = {name: position for position, item in enumerate(items) for name in _reads(item)}
     fresh: set[str] = set()
     for position, item in enumerate(items):
         if not isinstance(item, Kernel):
             if not item.items and item.op.overloadpacket.__name__ in _FRESH_RESULT_OPS:
                 fresh.add(item.spec.name)
             continue
-        candidates = [spec for spec in item.inputs if spec.name in fresh and spec.name not in escaping]
+        candidates = [spec for spec in item.inputs if spec.name in fresh and spec.name not in escaping
+                      and last_read[spec.name] == position]
         if not candidates:
             continue
-        later = set().union(*(_reads(other) for other in items[position + 1:]))
         taken = {into for _, into in item.stored_inputs}
         storing = {out for out, _ in item.stored_inputs}
         outputs = {o.name for o in item.outputs}
         for node in item.nodes:
             if type(node.body) is not Pointwise or node.name not in outputs or node.name in storing:
                 continue
-            target = next((spec for spec in candidates if spec.name not in later and spec.name not in taken
+            target = next((spec for spec in candidates if spec.name not in taken
                            and spec.dtype == node.spec.dtype and _same_layout(node.spec, spec)
                            and _reads_only_where_stored(item, node, spec.name)), None)
             if target is not None:
