@@ -60,7 +60,10 @@ def main() -> None:
         torch.cuda.synchronize()
         profile.disable()
         text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(args.cprofile)
+        stats = pstats.Stats(profile, stream=text)
+        allocations = sum(calls for (_, _, name), (_, calls, *_) in stats.stats.items() if "empty_strided" in name)
+        print(f"kiln: {allocations / 10:.0f} output allocations (empty_strided) per step")
+        stats.sort_stats("tottime").print_stats(args.cprofile)
         print(text.getvalue())
 
 

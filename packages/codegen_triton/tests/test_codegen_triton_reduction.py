@@ -14,9 +14,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on ma
 
 @pytest.fixture(scope="module")
 def options(tmp_path_factory):
-    # Small blocks: several programs, several loop steps, partly masked last blocks.
+    # Small blocks: several programs, several loop steps (float32 rows too), partly masked last
+    # blocks.
     return TritonOptions(cache_dir=tmp_path_factory.mktemp("triton_cache"), reduction_xblock=4, rblock=8,
-                        contiguous_rblock=8)
+                        contiguous_rblock=8, float32_contiguous_rblock=8)
 
 
 def check(fn, args, options, tracing_mode="real", **tolerances):
@@ -276,12 +277,58 @@ def _norm(x, w):
 
 
 def test_rows_read_once_are_evict_first(tmp_path):
-    """A reduction kernel's only read of a row (a sum over rows or columns) is `evict_first`: it
-    streams through L2 once. Rows that later loops read again (softmax, norms), values every
-    row reads (a weight) and pointwise kernels carry no hint."""
+    """A reduction kernel's only read of a row (a sum over rows or columns, a persistent
+    logsumexp's one pass) is `evict_first`: it streams through L2 once. Rows that later loops
+    read again (softmax, norms), values every row reads (a weight) and pointwise kernels carry
+    no hint."""
     x, w = torch.randn(6, 40), torch.randn(40)
     sums = _load_lines(lambda x: (x.sum(-1), x.sum(0)), (x,), tmp_path / "sums")
     assert sums and all(line.endswith(", eviction_policy='evict_first')") for line in sums)
+    (persistent,) = _load_lines(_logsumexp, (x,), tmp_path / "persistent")
+    assert persistent.endswith(", eviction_policy='evict_first')")
     for name, fn, args in [("softmax", _softmax, (x,)), ("norm", _norm, (x, w)), ("pointwise", lambda x: x * 2 + 1, (x,))]:
         lines = _load_lines(fn, args, tmp_path / name)
         assert lines and not any("eviction" in line for line in lines), name
+
+
+def _logsumexp(x):
+    m = x.amax(-1, keepdim=True)
+    return ((x - m).exp().sum(-1, keepdim=True).log() + m).squeeze(-1)
+
+
+PERSISTENT_CASES = {  # name: (fn, inputs for rows of n, persistent when the row fits)
+    "var_mean": (var_mean, lambda n: (torch.randn(6, n) * 3 + 10,), True),
+    "bf16_var_mean": (var_mean, lambda n: (torch.randn(6, n).bfloat16(),), True),
+    "logsumexp": (_logsumexp, lambda n: (torch.randn(6, n),), True),
+    # rows stored (softmax, norms): the looped form, re-reading rows from L1, measured faster
+    "softmax": (_softmax, lambda n: (torch.randn(6, n),), False),
+    "norm": (_norm, lambda n: (torch.randn(6, n), torch.randn(n)), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PERSISTENT_CASES))
+def test_kernels_holding_rows_that_fit_one_block_run_without_a_loop(name, tmp_path):
+    """A reduction kernel that holds whole rows (several passes over each row, nothing
+    row-shaped stored) whose loops all span one static row that fits its RBLOCK cap is
+    persistent (Inductor's persistent reduction): straight-line code over that one block,
+    asserting at compile time that the launch gives it the whole row, loading each element
+    once (later passes reuse the values). Longer rows, rows of symbolic length and kernels
+    that store rows loop. Eager's values either way."""
+    fn, make, holds = PERSISTENT_CASES[name]
+    for cap, fits in ((1024, True), (256, False)):
+        options = TritonOptions(cache_dir=tmp_path, contiguous_rblock=cap, float32_contiguous_rblock=cap)
+        args = make(700)
+        module = compile(lower(make_fx(fn)(*args), row_temporaries=True), options)  # the backend's lowering for GPUs
+        kernels = [n.target for n in module.graph.nodes if type(n.target).__name__ == "TritonKernel"]
+        source = module.meta["kiln_triton"].source
+        persistent = holds and fits
+        assert len(kernels) == 1 and kernels[0].persistent == persistent, (name, cap)
+        assert ("for roffset in range(" in source) != persistent
+        assert source.count("tl.static_assert(RBLOCK >= 700") == persistent
+        if persistent:
+            loads = [line.split("tl.load(")[1].split(",")[0] for line in source.splitlines() if "tl.load(" in line]
+            assert len(loads) == len(set(loads)), loads  # each element loaded once
+        torch.testing.assert_close(module(*args), fn(*args), rtol=2e-2 if "bf16" in name else 1e-5, atol=1e-4)
+    dynamic = compile(lower(make_fx(fn, tracing_mode="symbolic")(*make(700)), row_temporaries=True), options)
+    assert not any(getattr(n.target, "persistent", True) for n in dynamic.graph.nodes
+                   if type(n.target).__name__ == "TritonKernel")

@@ -18,10 +18,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on ma
 
 @pytest.fixture(scope="module")
 def options(tmp_path_factory):
-    # Small blocks: several programs, several chunks per row, partly masked last chunks.
+    # Small blocks: several programs, several chunks per row (float32 rows too), partly masked
+    # last chunks.
     # sync_checks: a failed check raises IndexError on a GPU too (not a device-side assert)
     return TritonOptions(cache_dir=tmp_path_factory.mktemp("triton_cache"), reduction_xblock=4, rblock=8,
-                        contiguous_rblock=8, sync_checks=True)
+                        contiguous_rblock=8, float32_contiguous_rblock=8, sync_checks=True)
 
 
 def softmax(x):

@@ -108,6 +108,25 @@ def test_fast_launch_passes_inputs_outputs_and_null_scratch():
     assert args[0] is x and args[1] is out and args[2:] == (None, None) and out.shape == (4,)
 
 
+def test_fast_launch_passes_an_input_as_the_output_stored_into_it():
+    """A kernel's `input_stores` (an output written into an input's memory: a mutated input, a
+    dead matmul result): that input is the output, nothing is allocated for it."""
+    static, allocated = FakeStatic(kept_prefix=4), []
+    plan = types.SimpleNamespace(in_meta=((torch.float32, (4,), (1,)),) * 2, sizes=(), grid=(3,),
+                                 out_allocations=(((4,), (1,), torch.float32),) * 2)
+
+    def allocate(size, stride, dtype):
+        allocated.append(size)
+        return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+
+    launch = fast_launch(plan, static, -1, Knobs(), lambda d: 7, allocate, lambda: -1, stored=((0, 1),))
+    x, y = torch.randn(4, device="cpu"), torch.randn(4, device="cpu")  # the GPU-mode suite's default is CUDA
+    first, second = launch((x, y))
+    assert first is y and second is not x and allocated == [(4,)]
+    ((*_, args, _stream),) = static.impl.launched
+    assert args[:4] == (x, y, y, second)
+
+
 class Hooked:
     launch_enter_hook = types.SimpleNamespace(calls=[print])  # a profiler's hook chain
 

@@ -36,8 +36,7 @@ class TritonArtifacts:
 def generate(kernel_graph: KernelGraph, options: TritonOptions | None = None) -> str:
     """The Triton source (one Python module, one `@triton.jit` function per kernel) for
     every kernel of `kernel_graph`. Needs no GPU and does not import triton."""
-    del options  # block sizes are launch parameters; nothing in the source depends on options yet
-    return kernel_graph_source(list(kernel_graph.kernels))[0]
+    return kernel_graph_source(list(kernel_graph.kernels), options)[0]
 
 
 def compile(kernel_graph: KernelGraph, options: TritonOptions | None = None) -> fx.GraphModule:  # noqa: A001
@@ -50,7 +49,7 @@ def compile(kernel_graph: KernelGraph, options: TritonOptions | None = None) -> 
     """
     options = options or TritonOptions()
     start = time.perf_counter()
-    source, infos = kernel_graph_source(list(kernel_graph.kernels))
+    source, infos = kernel_graph_source(list(kernel_graph.kernels), options)
     if not kernel_graph.kernels:
         module = kernel_graph.with_kernels({})
         module.meta[META_KEY] = TritonArtifacts(source, None, True, 0.0)

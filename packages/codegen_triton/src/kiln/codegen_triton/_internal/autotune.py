@@ -62,7 +62,8 @@ def candidates(kernel: Any, plan: Any) -> list[tuple[dict[str, int], int]]:
         x0, r0 = blocks["XBLOCK"], blocks["RBLOCK"]
         rmax = 1 << max(plan.rnumel - 1, 0).bit_length()
         xmax = 1 << max(plan.xnumel - 1, 0).bit_length()
-        for r in _pow2_range(max(16, r0 // 2), min(rmax, 2 * r0)):
+        low = r0 if getattr(kernel, "persistent", False) else max(16, r0 // 2)  # a persistent row fits one RBLOCK
+        for r in _pow2_range(low, min(rmax, 2 * r0)):
             for x in {x0, min(xmax, 2 * x0), max(1, x0 // 2)}:
                 if x * r <= _MAX_TILE:
                     found += [({"XBLOCK": x, "RBLOCK": r, **fixed}, w) for w in {warps, min(32, 2 * warps)}]

@@ -29,12 +29,14 @@ FastLaunch = Callable[[tuple], "tuple[torch.Tensor, ...] | None"]
 
 def fast_launch(plan: Any, static: StaticLaunch, device: int, knobs: Any, current_stream: Callable[[int], int],
                 allocate: Callable[..., torch.Tensor], current_device: Callable[[], int] | None = None,
-                ) -> FastLaunch | None:
+                stored: tuple[tuple[int, int], ...] = ()) -> FastLaunch | None:
     """The one-frame launch of `plan` through `static` on CUDA device `device`, or None when
     `static` passes its arguments in another order than (inputs, outputs, sizes).
 
     `knobs`: Triton's runtime knobs (launch hooks); `allocate(size, stride, dtype)` allocates an
-    output on the current device; `current_device()` is its index (torch's, by default)."""
+    output on the current device; `current_device()` is its index (torch's, by default);
+    `stored`: (output, input) positions of outputs written into an input's memory (the kernel's
+    `input_stores`), which are that input, not allocated."""
     n_args = len(plan.in_meta) + len(plan.out_allocations) + len(plan.sizes)
     if static.kept_prefix != n_args or not plan.in_meta:
         return None
@@ -44,6 +46,8 @@ def fast_launch(plan: Any, static: StaticLaunch, device: int, knobs: Any, curren
     grid_x, warps, shared, letters = plan.grid[0], static.num_warps, static.shared, static.letters
     current_device = current_device or torch._C._cuda_getDevice
     deterministic = torch.are_deterministic_algorithms_enabled
+    by_output = dict(stored)
+    sources = tuple(by_output.get(position) for position in range(len(allocations))) if stored else ()
 
     def launch(inputs: tuple) -> tuple[torch.Tensor, ...] | None:
         if current_device() != device or deterministic():
@@ -58,7 +62,11 @@ def fast_launch(plan: Any, static: StaticLaunch, device: int, knobs: Any, curren
                     return None
         except (AttributeError, TypeError):  # not a tensor: the general path's check names it
             return None
-        outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype in allocations])
+        if sources:
+            outputs = tuple([inputs[source] if source is not None else allocate(size, stride, dtype)
+                             for source, (size, stride, dtype) in zip(sources, allocations)])
+        else:
+            outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype in allocations])
         launch_kernel(function, grid_x, 1, 1, warps, shared, letters, inputs + outputs + tail,
                       current_stream(device))
         return outputs

@@ -17,11 +17,12 @@ their bounds are recorded to choose the kernel's index width.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sympy
@@ -167,6 +168,20 @@ class TritonHandler(TextHandler):
         # Reduction kernels (kernel_source sets it): loads in loops over rows carry L2 eviction
         # hints (see `_eviction`).
         self.eviction_hints = False
+        # A persistent kernel (kernel_source sets it: `persistent_numel`): each loop over the row
+        # is its one RBLOCK chunk, straight-line code, and values stay in scope (see `scope`).
+        self.persistent = False
+
+    @contextlib.contextmanager
+    def scope(self, *, keep_locals: bool = True) -> Iterator[None]:
+        """As `TextHandler.scope`, except in a persistent kernel: its passes over the row are one
+        straight-line block, so what one pass loaded or computed (a row's values, a recomputed
+        row temporary) is reused by the later passes, not loaded again."""
+        if self.persistent:
+            yield
+            return
+        with super().scope(keep_locals=keep_locals):
+            yield
 
     def literal(self, value: Any, dtype: torch.dtype) -> str:
         return f"tl.full({self._scalar_shape()}, {tl_literal(value, dtype)}, {tl_dtype(dtype, self._where())})"

@@ -34,7 +34,7 @@ from kiln.loopir.codegen import CheckSite, KernelWalker
 from . import scatter_source
 from .handler import EVICTION_MARK, TritonHandler, tl_dtype
 from .indexing import FlatLoop, IndexWidth, index_width, inner_loop, outer_loop
-from .options import TritonCodegenError
+from .options import TritonCodegenError, TritonOptions, persistent_rows
 from .printer import triton_expr
 from .tiling import Tile, pointwise_tile
 
@@ -89,12 +89,15 @@ def _node_header(node: ComputedBuffer) -> str:
     return header
 
 
-def _loop_lines(ranges: Sequence[sympy.Expr], body: list[str]) -> list[str]:
-    """A loop over the flattened `ranges` in RBLOCK chunks, defining r0, r1, ... for `body`."""
+def _loop_lines(ranges: Sequence[sympy.Expr], body: list[str], persistent: bool = False) -> list[str]:
+    """A loop over the flattened `ranges` in RBLOCK chunks, defining r0, r1, ... for `body`;
+    in a persistent kernel (`persistent_numel`) the row's one chunk, with no loop."""
     rnumel = _unparenthesized(triton_expr(_product(ranges)))
     loop = ["rindex = roffset + rbase", "rmask = rindex < rnumel"]
     loop += _unflatten_lines(inner_loop(ranges), body)
     loop += body
+    if persistent:
+        return [f"rnumel = {rnumel}", "roffset = 0  # persistent: the whole row in one RBLOCK", *loop]
     return [f"rnumel = {rnumel}", "for roffset in range(0, rnumel, RBLOCK):"] + ["    " + line for line in loop]
 
 
@@ -150,8 +153,8 @@ def _reduction_lines(walker: KernelWalker, nodes: Sequence[ComputedBuffer]) -> l
     lines = [f"{_node_header(node)}: {node.body.reduction_type} over [{ranges}]" for node in nodes]
     if len(nodes) > 1:
         lines.append(f"# one loop for the {len(nodes)} reductions above: they reduce the same values")
-    return lines + list(handler.pending_reduction.init) + _loop_lines(nodes[0].reduction_ranges, parts.body) \
-        + parts.after
+    return lines + list(handler.pending_reduction.init) \
+        + _loop_lines(nodes[0].reduction_ranges, parts.body, walker.handler.persistent) + parts.after
 
 
 def _scatter_lines(walker: KernelWalker, node: ComputedBuffer) -> list[str]:
@@ -244,6 +247,46 @@ def _prologue(kernel: Kernel, reduction: bool, width: IndexWidth, body: Sequence
     return lines + _unflatten_lines(outer_loop(kernel.ranges), body)
 
 
+def rereads_rows(kernel: Kernel) -> bool:
+    """Whether the kernel reads its rows in two or more loops (a variance's sum, then its squared
+    deviations from the mean) and stores nothing row-shaped (row temporaries, recomputed where
+    they are loaded, store nothing): the launch then holds a whole row in one step (see
+    `TritonKernel._reduction_blocks`)."""
+    temporaries = {node.name for node in kernel.row_temporaries}
+    if any((kernel.is_row(node) and node.name not in temporaries) or isinstance(node.body, (Scan, Scatter))
+           for node in kernel.nodes):
+        return False
+    return len(shared_reduction_loops(kernel)) >= 2
+
+
+def has_welford(kernel: Kernel) -> bool:
+    """Whether the kernel has a `Welford` reduction (loopir's welford rewrite)."""
+    return any(getattr(node.body, "reduction_type", None) == "welford" for node in kernel.nodes)
+
+
+def persistent_numel(kernel: Kernel) -> int | None:
+    """The number of elements every loop of a reduction kernel spans (reductions and row nodes),
+    when that is one static number and the kernel reads its rows contiguously (no scatter, no
+    scan); else None. Such a kernel is persistent when it holds whole rows and the row fits its
+    RBLOCK cap (`options.persistent_rows`): Inductor's persistent reductions."""
+    if (not has_reduction(kernel) or scatter_source.is_scatter_kernel(kernel) or not reads_rows_contiguously(kernel)
+            or any(isinstance(node.body, Scan) for node in kernel.nodes)):  # a scan's carries are reassigned
+        return None
+    numels = {sympy.sympify(_product(kernel.row_ranges if kernel.is_row(node) else node.reduction_ranges))
+              for node in kernel.nodes if kernel.is_row(node) or isinstance(node.body, Reduction)}
+    if len(numels) != 1:
+        return None
+    (numel,) = numels
+    return int(numel) if numel.is_Integer and numel > 0 else None
+
+
+def is_persistent(kernel: Kernel, options: TritonOptions) -> bool:
+    """Whether `kernel` runs as a persistent reduction under `options` (see `persistent_rows`)."""
+    holds_rows = reads_rows_contiguously(kernel) and rereads_rows(kernel)
+    return persistent_rows(options, persistent_numel(kernel), [i.dtype for i in kernel.inputs], holds_rows,
+                           has_welford(kernel))
+
+
 def reads_rows_contiguously(kernel: Kernel) -> bool:
     """Whether every access inside the kernel's loops over reduction ranges (reductions and row
     nodes) moves by one element per step of the innermost varying reduction variable, or does
@@ -311,8 +354,9 @@ class LaunchInfo:
     tile: Tile | None = None  # a 2-D tiled pointwise kernel: it also takes a YBLOCK constexpr
 
 
-def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
-    """The `@triton.jit` definition of one kernel, and what launching it needs.
+def kernel_function(kernel: Kernel, options: TritonOptions | None = None) -> tuple[str, LaunchInfo]:
+    """The `@triton.jit` definition of one kernel, and what launching it needs (`options`: the
+    launch's RBLOCK caps, which decide whether a reduction is persistent: `is_persistent`).
 
     Index arithmetic is 32-bit when every index value the kernel computes has a constant bound
     below 2**31 (minus a block), 64-bit when one does not, and chosen by the launcher for
@@ -331,6 +375,7 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
     handler = TritonHandler(kernel, 2 if reduction or tile else 1, frozenset(ivars) | frozenset(rvars), outside_tile)
     handler.flat_outer = tile is None
     handler.eviction_hints = reduction and not scatter_source.is_scatter_kernel(kernel)
+    handler.persistent = reduction and is_persistent(kernel, options or TritonOptions())
     walker = KernelWalker(kernel, handler)
     shared = shared_reduction_loops(kernel)
     later = {node.name for nodes in shared.values() for node in nodes[1:]}
@@ -342,6 +387,8 @@ def kernel_function(kernel: Kernel) -> tuple[str, LaunchInfo]:
             body += _node_lines(walker, node, kind)
     width = index_width([*handler.index_bounds, *_spans(kernel)], kernel.symbols)
     body = _prologue(kernel, reduction, width, body, tile) + body
+    if handler.persistent:  # the launch gives a persistent kernel its whole row (runtime.py)
+        body.insert(0, f'tl.static_assert(RBLOCK >= {persistent_numel(kernel)}, "a persistent row fits one RBLOCK")')
     params += ["kiln_status"] if handler.checks else []
     if scatter_source.is_scatter_kernel(kernel):
         params += ["RBLOCK: tl.constexpr", "SERIAL: tl.constexpr"]
@@ -367,9 +414,10 @@ def resolve_eviction(body: list[str]) -> list[str]:
     return [pattern.sub(hint, line) for line in body]
 
 
-def kernel_graph_source(kernels: Sequence[Kernel]) -> tuple[str, dict[str, LaunchInfo]]:
+def kernel_graph_source(kernels: Sequence[Kernel], options: TritonOptions | None = None
+                        ) -> tuple[str, dict[str, LaunchInfo]]:
     """One Python module holding every kernel of a kernel graph, and each kernel's `LaunchInfo`."""
-    functions = [kernel_function(k) for k in kernels]
+    functions = [kernel_function(k, options) for k in kernels]
     log.debug("generated %d Triton kernels", len(functions))
     source = HEADER + "".join("\n\n" + text + "\n" for text, _ in functions)
     return source, {k.name: info for k, (_, info) in zip(kernels, functions)}

@@ -7,6 +7,7 @@ import logging
 import numbers
 import os
 import pathlib
+from collections.abc import Sequence
 
 import torch
 
@@ -57,6 +58,10 @@ class TritonOptions:
         wide or wider. Measured on an H200 at 16384-wide float32 rows, 16384 against 4096:
         softmax 80 -> 93% of copy bandwidth, rmsnorm 84 -> 94%, var_mean 77 -> 88%, layer norm
         85 -> 84%; the same for bfloat16 rows lost (layer norm 82 -> 57%).
+    welford_rblock: most XBLOCK x RBLOCK elements one loop step of a kernel with a `Welford`
+        reduction (one-pass variance, read contiguously) reads: each lane keeps three float32
+        running states, which spill in whole-row tiles (BENCHMARKS.md session 17); one warp per
+        128 elements of the tile, at most `max_reduction_warps`.
     num_warps: warps per pointwise program (ignored by the Triton interpreter).
     max_reduction_warps: reduction (and tiled) programs get one warp per KiB of their
         XBLOCK x RBLOCK (x YBLOCK) tile's widest input (strided reductions: per 256 bytes), at
@@ -103,6 +108,7 @@ class TritonOptions:
     strided_tile: int = 512
     contiguous_rblock: int = 8192
     float32_contiguous_rblock: int = 16384
+    welford_rblock: int = 2048
     num_warps: int = 4
     max_reduction_warps: int = 16
     tile_block: int = 64
@@ -150,7 +156,7 @@ def _is_device(name: str) -> bool:
 
 # Block sizes and warp counts: positive powers of two (Triton's block shapes must be).
 _BLOCKS = ("xblock", "reduction_xblock", "rblock", "strided_xblock", "strided_tile", "contiguous_rblock",
-           "float32_contiguous_rblock", "num_warps", "max_reduction_warps", "tile_block")
+           "float32_contiguous_rblock", "welford_rblock", "num_warps", "max_reduction_warps", "tile_block")
 _POWER_OF_TWO = ((numbers.Integral,), "a positive power of two (an int)")
 # option -> (accepted types, what the error says it accepts); bool is refused where int is
 # wanted (True is an int to isinstance).
@@ -171,3 +177,30 @@ class TritonCodegenError(RuntimeError):
 
     The message names the kernel and the loopir buffer (or input) involved.
     """
+
+
+def contiguous_rblock_cap(options: TritonOptions, input_dtypes: Sequence[torch.dtype], holds_rows: bool) -> int:
+    """The most RBLOCK a reduction kernel reading rows contiguously takes: `float32_contiguous_rblock`
+    when every input is 4 bytes wide or wider, or when it holds whole rows (see runtime.py's
+    `_HELD_ROW_BYTES_PER_WARP`), else `contiguous_rblock`."""
+    wide = min((d.itemsize for d in input_dtypes), default=4) >= 4 or holds_rows
+    return options.float32_contiguous_rblock if wide else options.contiguous_rblock
+
+
+def persistent_rows(options: TritonOptions, numel: int | None, input_dtypes: Sequence[torch.dtype],
+                    holds_rows: bool, welford: bool) -> bool:
+    """Whether a contiguous reduction kernel whose loops all span `numel` elements (None: not
+    one static length; see `kernel_source.persistent_numel`) is persistent: it holds whole rows
+    (`holds_rows`: two or more passes over each row, nothing row-shaped stored, as a variance's
+    or a logsumexp's) and its row fits one RBLOCK, so its passes run once each and are emitted
+    as straight-line code (the same launch as a looped kernel's) where later passes reuse the
+    values the first loaded instead of loading them again.
+
+    Measured on an H200 (`tools/bench_gpu_rows.py --graphs`, BENCHMARKS.md session 18): bfloat16
+    var_mean 73.5 -> 84.6% of copy at 4096-wide rows, 73.6 -> 84.2% at 16384 (0.91 -> 1.04x
+    Inductor), float32 +1-2 points. Kernels that store rows (softmax, norms) gained nothing in
+    that form (equal within a point once their one load carried no `evict_first`, which cost
+    them 1-6 points), so they loop.
+    Welford kernels keep their loop (their blocks are `welford_rblock`)."""
+    return (holds_rows and numel is not None and not welford
+            and numel <= contiguous_rblock_cap(options, input_dtypes, holds_rows))

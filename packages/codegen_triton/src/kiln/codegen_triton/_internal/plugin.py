@@ -39,9 +39,12 @@ CODEGEN = Codegen(
     # The one-pass variance (Welford: a row read once, not twice) is correct on an H200 (GPU training
     # gradients included) but slower than two passes: session 13's per-step form 0.75-1.07x in 15 of 18
     # rows of `tools/bench_welford.py --graphs`; session 17's per-lane form (welford_source.py, Inductor's)
-    # slower in 17 of 18 rows with these launch heuristics, which give it whole rows per step (RBLOCK up to
-    # 16384: three float32 states per lane spill; Inductor runs it with RBLOCK 2048). Off until Welford
-    # kernels get blocks of their own (BENCHMARKS.md session 17).
+    # slower in 17 of 18 rows with whole-row blocks, and with blocks of its own (session 18:
+    # `welford_rblock` 1024-4096, 64-256 elements a warp, `tools/sweep_reduction_blocks.py --welford`)
+    # still below the two-pass kernels in all 18 rows of var_mean, layer norm and group norm, whose
+    # persistent form (the row loaded once, BENCHMARKS.md session 18) reads a row once too. Off.
+    # A pointwise kernel stores into the dead matmul output it reads (`Kernel.stored_inputs`): an
+    # allocation fewer per such kernel (AMP BERT-base training step: 448 -> 417 a step).
     capabilities=Capabilities(row_fusion=True, row_temporaries=True, bias_epilogues=True, recompute_cheap=True,
-                              split_reductions=True, welford=False),
+                              split_reductions=True, welford=False, reuse_extern_outputs=True),
     errors=(TritonCodegenError,), artifacts_key="kiln_triton", source_suffix=".py", check_device=check_device)

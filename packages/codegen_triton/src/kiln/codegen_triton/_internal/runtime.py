@@ -26,7 +26,7 @@ from . import autotune
 from .fast_launch import FastLaunch
 from .indexing import INT32_LIMIT
 from .launch import DirectLauncher
-from .options import TritonCodegenError, TritonOptions
+from .options import TritonCodegenError, TritonOptions, contiguous_rblock_cap, persistent_rows
 from .serialize import KernelSignature, rebuild_kernel, stored_kernel
 from .tiling import Tile
 
@@ -75,6 +75,10 @@ _TILE_BYTES_PER_WARP = 1024
 # (which store rows) lost with whole rows held.
 _HELD_ROW_BYTES_PER_WARP = 2048
 _HELD_ROW_MAX_WARPS = 8
+# A kernel with a Welford reduction keeps three float32 running states per lane of its
+# XBLOCK x RBLOCK tile whatever its inputs' dtype: its tile is at most
+# `TritonOptions.welford_rblock` elements, one warp per this many of them (4 per thread).
+_WELFORD_ELEMENTS_PER_WARP = 128
 
 # Allocates on the current CUDA device without torch's dispatcher: about half the host time of
 # torch.empty_strided(..., device=...) per output (the allocator Dynamo's own guards use; None
@@ -106,10 +110,15 @@ class TritonKernel:
         self.interpreted = type(jit_function).__name__ == "InterpretedFunction"
         self.contiguous = signature.contiguous
         self._holds_rows = signature.holds_rows
+        self._welford = signature.welford and signature.contiguous
         rnumels = list(signature.reduction_numels)
         self._n_in = len(kernel.inputs)
         self._n_args = self._n_in + len(kernel.symbols)
         self._in_dtypes = tuple(i.dtype for i in kernel.inputs)
+        # The row fits one RBLOCK and the source has no loop over it (`options.persistent_rows`):
+        # max-autotune keeps its RBLOCK.
+        self.persistent = persistent_rows(options, signature.persistent_numel, self._in_dtypes, self._holds_rows,
+                                          signature.welford)
         self._layouts = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs] + [o.stride for o in kernel.outputs]
                                      + [i.size for i in kernel.inputs] + [i.stride for i in kernel.inputs]
                                      + [[signature.numel] + rnumels, self.index_bounds]
@@ -124,8 +133,7 @@ class TritonKernel:
         # launch went through, False where it cannot apply.
         self._fast: FastLaunch | bool | None = None
         self._fast_eligible = (self._launcher is not None and not kernel.symbols and not self.checks
-                               and not self._scatter_bases and not self._input_stores
-                               and not options.fill_uninitialized)
+                               and not self._scatter_bases and not options.fill_uninitialized)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return rebuild_kernel, (type(self), stored_kernel(self))
@@ -153,19 +161,18 @@ class TritonKernel:
             if index != torch._C._cuda_getDevice():  # launches go to the current device: make it theirs
                 with torch.cuda.device(index):
                     return self(*args)
-            outputs = tuple(_EMPTY_STRIDED_CUDA(size, stride, dtype) for size, stride, dtype in plan.out_allocations)
+            outputs = [_EMPTY_STRIDED_CUDA(size, stride, dtype) for size, stride, dtype in self._allocated(plan)]
             device = None  # the current CUDA device
         else:
             device = inputs[0].device if inputs else self._default_device
-            outputs = tuple(torch.empty_strided(size, stride, dtype=dtype, device=device)
-                            for size, stride, dtype in plan.out_allocations)
+            outputs = [torch.empty_strided(size, stride, dtype=dtype, device=device)
+                       for size, stride, dtype in self._allocated(plan)]
         if fill_requested(self.options.fill_uninitialized):
             fill_uninitialized(outputs)
         if self._input_stores:  # the kernel writes these outputs into their inputs' memory (not filled)
-            outputs = list(outputs)
-            for out_pos, in_pos in self._input_stores:
-                outputs[out_pos] = inputs[in_pos]
-            outputs = tuple(outputs)
+            for out_pos, in_pos in sorted(self._input_stores):
+                outputs.insert(out_pos, inputs[in_pos])
+        outputs = tuple(outputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
             outputs[out_pos].copy_(inputs[in_pos])
         if plan.empty:
@@ -177,8 +184,17 @@ class TritonKernel:
         if status:
             self._report_checks(status[0], plan)
         elif fast is None and index is not None:
-            self._fast = self._fast_eligible and self._launcher.fast_launch(plan, index, _EMPTY_STRIDED_CUDA)
+            self._fast = self._fast_eligible and self._launcher.fast_launch(plan, index, _EMPTY_STRIDED_CUDA,
+                                                                            self._input_stores)
         return outputs
+
+    def _allocated(self, plan: _Plan) -> tuple[tuple[Any, Any, torch.dtype], ...]:
+        """The (size, stride, dtype) of each output the call allocates: all but those the kernel
+        stores into an input's memory (`input_stores`)."""
+        if not self._input_stores:
+            return plan.out_allocations
+        stored = {out_pos for out_pos, _ in self._input_stores}
+        return tuple(a for position, a in enumerate(plan.out_allocations) if position not in stored)
 
     def can_precompile(self) -> bool:
         """Whether `warmup_arguments` knows this kernel's launch before any call: a GPU kernel
@@ -297,7 +313,10 @@ class TritonKernel:
         threads to keep loads wide."""
         if not (self.reduction or self.tile) or self._scatter_bases:
             return self.options.num_warps
-        tile_bytes = blocks["XBLOCK"] * blocks.get("RBLOCK", blocks.get("YBLOCK")) * self._widest_input
+        tile = blocks["XBLOCK"] * blocks.get("RBLOCK", blocks.get("YBLOCK"))
+        if self._welford:
+            return max(2, min(self.options.max_reduction_warps, tile // _WELFORD_ELEMENTS_PER_WARP))
+        tile_bytes = tile * self._widest_input
         if self._holds_rows:
             return max(2, min(_HELD_ROW_MAX_WARPS, self.options.max_reduction_warps,
                               tile_bytes // _HELD_ROW_BYTES_PER_WARP))
@@ -323,18 +342,16 @@ class TritonKernel:
     def _widest_input(self) -> int:
         return max(self._input_sizes, default=4)
 
-    @functools.cached_property
-    def _narrowest_input(self) -> int:
-        return min(self._input_sizes, default=4)
-
     def _reduction_blocks(self, xnumel: int, rnumel: int) -> tuple[int, int]:
-        """(XBLOCK, RBLOCK); see `TritonOptions.rblock` and `contiguous_rblock`."""
+        """(XBLOCK, RBLOCK); see `TritonOptions.rblock`, `contiguous_rblock` and `welford_rblock`."""
         options = self.options
+        if self._welford:  # a tile of at most `welford_rblock` elements (see _WELFORD_ELEMENTS_PER_WARP)
+            rblock = _block(rnumel, options.welford_rblock)
+            return _block(xnumel, min(options.reduction_xblock, max(1, options.welford_rblock // rblock))), rblock
         if not self.contiguous:
             xblock = _block(xnumel, options.strided_xblock)
             return xblock, _block(rnumel, min(options.rblock, max(1, options.strided_tile // xblock)))
-        wide = self._narrowest_input >= 4 or self._holds_rows
-        rblock = _block(rnumel, options.float32_contiguous_rblock if wide else options.contiguous_rblock)
+        rblock = _block(rnumel, contiguous_rblock_cap(options, self._in_dtypes, self._holds_rows))
         budget = options.reduction_xblock * options.rblock
         return _block(xnumel, min(options.reduction_xblock, max(1, budget // rblock))), rblock
 

@@ -29,10 +29,16 @@ from typing import Any
 
 import sympy
 
-from kiln.loopir import BufferSpec, Kernel, Reduction, Scan, Scatter
+from kiln.loopir import BufferSpec, Kernel, Reduction
 from kiln.loopir.codegen import CheckSite, input_stores, scatter_bases
 
-from .kernel_source import has_reduction, reads_rows_contiguously, shared_reduction_loops
+from .kernel_source import (
+    has_reduction,
+    has_welford,
+    persistent_numel,
+    reads_rows_contiguously,
+    rereads_rows,
+)
 from .options import TritonOptions
 from .scatter_source import serial_only
 from .source_cache import load_module, write_source
@@ -41,18 +47,6 @@ from .tiling import Tile
 
 def _numel(sizes: Sequence[sympy.Expr]) -> sympy.Expr:
     return sympy.Mul(*sizes) if sizes else sympy.Integer(1)
-
-
-def rereads_rows(kernel: Kernel) -> bool:
-    """Whether the kernel reads its rows in two or more loops (a variance's sum, then its squared
-    deviations from the mean) and stores nothing row-shaped (row temporaries, recomputed where
-    they are loaded, store nothing): the launch then holds a whole row in one step (see
-    `TritonKernel._reduction_blocks`)."""
-    temporaries = {node.name for node in kernel.row_temporaries}
-    if any((kernel.is_row(node) and node.name not in temporaries) or isinstance(node.body, (Scan, Scatter))
-           for node in kernel.nodes):
-        return False
-    return len(shared_reduction_loops(kernel)) >= 2
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,6 +67,8 @@ class KernelSignature:
     serial: bool  # see `scatter_source.serial_only`
     holds_rows: bool  # a contiguous reduction kernel that `rereads_rows`
     input_stores: tuple[tuple[int, int], ...] = ()  # see `kiln.loopir.codegen.input_stores`
+    welford: bool = False  # it has a `Welford` reduction (its launch takes Welford blocks)
+    persistent_numel: int | None = None  # see `kernel_source.persistent_numel`
 
     @property
     def numel(self) -> sympy.Expr:
@@ -89,7 +85,7 @@ class KernelSignature:
             kernel.name, tuple(kernel.inputs), tuple(kernel.outputs), tuple(kernel.symbols), tuple(kernel.ranges),
             tuple(_numel(n.reduction_ranges) for n in kernel.nodes if isinstance(n.body, Reduction)), reduction,
             contiguous, scatter_bases(kernel), serial_only(kernel), contiguous and rereads_rows(kernel),
-            input_stores(kernel))
+            input_stores(kernel), has_welford(kernel), persistent_numel(kernel))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

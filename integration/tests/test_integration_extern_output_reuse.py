@@ -1,0 +1,102 @@
+"""A pointwise kernel stores into the dead matmul output it reads (loopir's
+`plan_extern_output_reuse`, the `reuse_extern_outputs` capability), as Inductor's kernels do
+(`in_out_ptr0`): on the C++ codegen and the Triton codegen (its interpreter on the CPU, the GPU
+under ``KILN_INTEGRATION_TEST_DEVICE=cuda``), eager's values on every call, results the caller
+holds never written over, and eager's gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kiln.integration import backend
+
+CODEGENS = ("cpu", "cuda")  # "cuda" is the Triton codegen; under TRITON_INTERPRET=1 on the CPU
+
+
+def _randn(*shape, seed=0):
+    gen = torch.Generator().manual_seed(seed)  # drawn on the CPU, then to the default device (conftest.py)
+    return torch.randn(*shape, generator=gen, device="cpu").to(torch.get_default_device())
+
+
+def _compile(fn, codegen):
+    torch._dynamo.reset()
+    calls = []
+
+    def counting(gm, example_inputs):
+        calls.append(1)
+        return backend(gm, example_inputs, options={"fallback": False, "codegen": codegen})
+
+    return torch.compile(fn, backend=counting), calls
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """The (node, input) stores each planned schedule's kernels make into extern outputs."""
+    from kiln.loopir._internal import input_stores
+
+    seen = []
+    real = input_stores.plan_extern_output_reuse
+
+    def spy(lowered, plan):
+        result = real(lowered, plan)
+        seen.append([pair for item in result.items for pair in getattr(item, "stored_inputs", ())])
+        return result
+
+    monkeypatch.setattr("kiln.loopir._internal.api.plan_extern_output_reuse", spy)
+    return seen
+
+
+def _gated_mlp(x, w1, w2, w3):
+    return (torch.nn.functional.silu(x @ w1) * (x @ w2)) @ w3
+
+
+def _gate_returned(x, w1, w2):
+    g = x @ w1  # returned: the kernel reading it must not write over it
+    return g, torch.sigmoid(g) * (x @ w2)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_a_kernel_writes_into_the_dead_matmul_output_it_reads(planned, codegen):
+    """The SiLU * up node of a gated MLP stores into the gate matmul's output (dead once read):
+    eager's values on three calls with new inputs (a codegen's pool or the caching allocator
+    hands the storage out again between calls)."""
+    weights = (_randn(64, 128, seed=1) / 8, _randn(64, 128, seed=2) / 8, _randn(128, 64, seed=3) / 8)
+    compiled, calls = _compile(_gated_mlp, codegen)
+    with torch.no_grad():
+        for seed in range(3):
+            x = _randn(32, 64, seed=10 + seed)
+            torch.testing.assert_close(compiled(x, *weights), _gated_mlp(x, *weights), rtol=1e-4, atol=1e-4)
+    assert calls
+    assert planned and len(planned[0]) == 1, planned  # the product written into a matmul's output
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_a_matmul_result_the_caller_gets_is_never_written_over(planned, codegen):
+    w1, w2 = _randn(64, 128, seed=1) / 8, _randn(64, 128, seed=2) / 8
+    compiled, calls = _compile(_gate_returned, codegen)
+    x = _randn(32, 64, seed=4)
+    with torch.no_grad():
+        got = compiled(x, w1, w2)
+    torch.testing.assert_close(got, _gate_returned(x, w1, w2), rtol=1e-4, atol=1e-4)
+    assert calls and planned
+    assert len(planned[0]) == 1, planned  # into the dead up matmul's output, not the returned gate
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_gradients_with_kernels_writing_into_matmul_outputs_match_eager(planned, codegen):
+    """In the forward and backward graphs (the outputs SiLU's backward reads are saved, graph
+    outputs, so never written), the gradients are eager's over two steps."""
+    weights = [torch.nn.Parameter(_randn(*shape, seed=s) / 16) for s, shape in
+               enumerate(((64, 128), (64, 128), (128, 64)))]
+    reference = [w.detach().clone().requires_grad_() for w in weights]
+    x = _randn(32, 64, seed=7)
+    compiled, calls = _compile(_gated_mlp, codegen)
+    for _ in range(2):
+        for w in weights:
+            w.grad = None
+        compiled(x, *weights).square().mean().backward()
+    _gated_mlp(x, *reference).square().mean().backward()
+    assert calls and any(planned), planned
+    for got, want in zip(weights, reference):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
