@@ -59,20 +59,22 @@ def test_two_writes_into_one_input_are_refused():
     assert _written(lambda x: (x + 1, x + 2), torch.randn(4, 8), writes=((0, 0), (1, 0))) == {}
 
 
-# A pointwise node storing into a dead matmul output it reads (`LowerOptions.reuse_extern_outputs`).
+# A pointwise node storing into a dead matmul or kernel output it reads
+# (`LowerOptions.reuse_extern_outputs`).
 
-def _reuse_stores(fn, *args, reuse=True) -> list[tuple[str, str]]:
+def _reuse_stores(fn, *args, reuse=True, targets="matmul") -> list[tuple[str, str]]:
     """Lower `fn` (loop-level decompositions) with extern-output reuse, check the kernel graph
     and its values against eager (reference evaluator, twice), and return the stores made as
-    (node, extern output) pairs; every target is a matmul's output."""
+    (node, dead result) pairs; every target is a `targets` ("matmul" or "kernel") output."""
     kg = lower(make_fx(fn, decomposition_table=loop_level())(*args), reuse_extern_outputs=reuse)
     verify(kg)
     for _ in range(2):
         for got, want in zip(kg(*args), fn(*args)):
             torch.testing.assert_close(got, want)
-    matmuls = {e.spec.name for e in kg.externs}
+    producers = ({e.spec.name for e in kg.externs} if targets == "matmul"
+                 else {o.name for k in kg.kernels for o in k.outputs})
     stores = [pair for k in kg.kernels for pair in k.stored_inputs]
-    assert all(into in matmuls for _, into in stores)
+    assert all(into in producers for _, into in stores)
     return stores
 
 
@@ -111,3 +113,58 @@ def _reduced(x, w1, w2):
 @pytest.mark.parametrize("fn", [_returned_too, _read_later, _stored_elsewhere, _reduced])
 def test_no_store_into_a_matmul_output_that_stays_alive_or_is_read_elsewhere(fn):
     assert _reuse_stores(fn, *_mats()) == []
+
+
+def _scan_then_pointwise(x):
+    return (x.cumsum(1) * 2 + 1,)  # the scan's kernel, then a pointwise kernel reading its result
+
+
+def _softmax_of_softmax(x):
+    return (torch.softmax(torch.softmax(x, -1) * 3, 0),)
+
+
+@pytest.mark.parametrize("fn", [_scan_then_pointwise, _softmax_of_softmax])
+def test_a_pointwise_node_stores_into_a_dead_kernel_output_it_reads(fn):
+    assert len(_reuse_stores(fn, torch.randn(16, 24), targets="kernel")) == 1
+
+
+def _returned(x):
+    c = x.cumsum(1)
+    return c * 2, c
+
+
+def _read_by_a_later_kernel(x):
+    c = x.cumsum(1)
+    d = c * 2  # its own kernel (a scan's result is read by later kernels), before the next one
+    return (d.cumsum(0) + c,)  # c read again after d's kernel: d may not overwrite it
+
+
+def _read_transposed(x):
+    c = x.cumsum(1)
+    return ((c * 2).t().contiguous(),)
+
+
+@pytest.mark.parametrize("fn", [_returned, _read_by_a_later_kernel, _read_transposed])
+def test_no_store_into_a_kernel_output_that_stays_alive_or_is_read_elsewhere(fn):
+    scan_result = "buf0"  # x.cumsum(1): the first kernel's
+    assert all(into != scan_result for _, into in _reuse_stores(fn, torch.randn(16, 24), targets="kernel"))
+
+
+def test_writes_into_a_graph_input_and_into_dead_kernel_outputs_together():
+    """An output its kernel stores into a graph input's memory (`input_writes`) is returned as
+    that input, never a dead result to write over; the scan's result, dead after the last
+    kernel reads it, is."""
+    def fn(x, y):
+        m = x * 2  # x's new value, stored into x by its kernel
+        return m, m.cumsum(1) * m
+
+    x, y = torch.randn(16, 24), torch.randn(16, 24)
+    kg = lower(make_fx(fn)(x, y), input_writes=((0, 0),), reuse_extern_outputs=True)
+    assert stored_positions(kg.gm) == {0: 0}
+    scan = next(k for k in kg.kernels if k.inputs and [i.name for i in k.inputs] == [kg.kernels[0].outputs[0].name])
+    stores = [pair for k in kg.kernels for pair in k.stored_inputs]
+    assert stores == [(kg.kernels[0].outputs[0].name, "x_1"), (kg.kernels[-1].outputs[0].name, scan.outputs[0].name)]
+    inputs = [x.clone(), y]
+    got = kg(*inputs)
+    torch.testing.assert_close(got[1], fn(x, y)[1])
+    torch.testing.assert_close(inputs[0], x * 2)

@@ -73,9 +73,9 @@ class LowerOptions:
         over the values themselves (`welford.py`), so both reduce in one pass: for codegens with
         the `welford` capability (codegen_triton, whose long rows are read once, not twice).
     reuse_extern_outputs: a pointwise kernel node may store its value into the memory of a
-        matmul's (or convolution's) output it reads where nothing after the kernel reads that
-        output (`input_stores.plan_extern_output_reuse`), as Inductor's wrapper reuses dead
-        buffers: a SiLU * up after two matmuls writes where it reads, no new buffer.
+        matmul's (or convolution's) output, or an earlier kernel's, it reads where nothing after
+        the kernel reads that output (`input_stores.plan_extern_output_reuse`), as Inductor's
+        wrapper reuses dead buffers: a SiLU * up after two matmuls writes where it reads.
     """
 
     lowerings: Lowerings | None = None

@@ -103,15 +103,17 @@ _FRESH_RESULT_OPS = ("mm", "addmm", "bmm", "baddbmm", "convolution")
 
 
 def plan_extern_output_reuse(lowered: LoweredGraph, plan: Schedule) -> Schedule:
-    """`plan` with each pointwise kernel node that may store its value into the memory of an
-    extern's output it reads doing so (`Kernel.stored_inputs`; `LowerOptions.reuse_extern_outputs`).
+    """`plan` with each pointwise kernel node that may store its value into the memory of a dead
+    result it reads doing so (`Kernel.stored_inputs`; `LowerOptions.reuse_extern_outputs`): an
+    extern's output, or an earlier kernel's.
 
-    Safe where: the extern is a matmul or convolution with one result (a new tensor, no view of
-    anything); no graph output views that result; no kernel or extern after this kernel reads it;
-    the node's buffer has its dtype, sizes and strides; inside the kernel only the node reads it,
-    and only at the index it stores (each element is read before it is overwritten, by the same
-    thread); no other store targets it. The result is then dead once the node has read it, and the
-    node's buffer is that memory (a runtime that allocates anyway stays correct)."""
+    Safe where: the result is a matmul's or convolution's (a new tensor, no view of anything), or
+    an earlier kernel's output stored in memory of its own (not itself written into an input's);
+    no graph output views that result; no kernel or extern after this kernel reads it; the node's
+    buffer has its dtype, sizes and strides; inside the kernel only the node reads it, and only at
+    the index it stores (each element is read before it is overwritten, by the same thread); no
+    other store targets it. The result is then dead once the node has read it, and the node's
+    buffer is that memory (a runtime that allocates anyway stays correct)."""
     escaping = {o.buffer for o in lowered.outputs if isinstance(o, StridedView)}
     items = list(plan.items)
     last_read = {name: position for position, item in enumerate(items) for name in _reads(item)}
@@ -124,6 +126,7 @@ def plan_extern_output_reuse(lowered: LoweredGraph, plan: Schedule) -> Schedule:
         candidates = [spec for spec in item.inputs if spec.name in fresh and spec.name not in escaping
                       and last_read[spec.name] == position]
         if not candidates:
+            fresh.update(_fresh_outputs(item))
             continue
         taken = {into for _, into in item.stored_inputs}
         storing = {out for out, _ in item.stored_inputs}
@@ -138,7 +141,14 @@ def plan_extern_output_reuse(lowered: LoweredGraph, plan: Schedule) -> Schedule:
                 item = dataclasses.replace(item, stored_inputs=(*item.stored_inputs, (node.name, target.name)))
                 taken.add(target.name)
         items[position] = item
+        fresh.update(_fresh_outputs(item))
     return dataclasses.replace(plan, items=tuple(items))
+
+
+def _fresh_outputs(kernel: Kernel) -> set[str]:
+    """The kernel's outputs stored in memory of their own (not written into an input's)."""
+    stored = {out for out, _ in kernel.stored_inputs}
+    return {o.name for o in kernel.outputs if o.name not in stored}
 
 
 def _same_layout(value: StridedView | BufferSpec, target: BufferSpec) -> bool:

@@ -42,7 +42,7 @@ class Capabilities:
     welford: it runs `Welford` reductions (ops.reduction's "welford"), so a variance's two
         passes over its values (a mean, then a sum of squared deviations from it) become one
         (`LowerOptions.welford`): for targets whose long rows are read from memory once per pass.
-    reuse_extern_outputs: a pointwise node may store into a dead matmul output it reads
+    reuse_extern_outputs: a pointwise node may store into a dead matmul or kernel output it reads
         (`LowerOptions.reuse_extern_outputs`): its runtime honours `Kernel.stored_inputs`.
     """
 
