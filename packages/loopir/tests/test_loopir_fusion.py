@@ -216,12 +216,39 @@ def test_kernel_keeps_growing_past_an_unrelated_extern(check):
 def test_extern_reading_the_open_kernel_closes_it(check):
     def f(x, b):
         y = x.exp()
-        return y @ b, y * 2
+        return y @ b + y * 2  # reads the extern's result: it cannot run before it
 
     kg = check(f, torch.randn(4, 4), torch.randn(4, 4))
     assert len(kg.kernels) == 2
     decision = next(d for d in kg.decisions if d.buffer == "buf2")
     assert (decision.kind, decision.detail) == ("closed_by_extern", "kernel0 by buf1")
+
+
+def test_a_value_of_a_closed_kernels_inputs_joins_that_kernel(check):
+    """`y * 2` comes after the extern that closed `y`'s kernel, but reads only what that kernel
+    holds: it joins it (one kernel, `y` read where stored) instead of a launch of its own."""
+    def f(x, b):
+        y = x.exp()
+        return y @ b, y * 2
+
+    kg = check(f, torch.randn(4, 4), torch.randn(4, 4))
+    assert len(kg.kernels) == 1
+    decision = next(d for d in kg.decisions if d.buffer == "buf2")
+    assert decision.fused and decision.kernel == "kernel0" and "an earlier kernel" in decision.detail
+
+
+def test_a_value_needing_a_later_result_never_joins_an_earlier_kernel(check):
+    """A late pointwise value reading something produced after a closed kernel (here the
+    matmul's result, transposed) cannot run inside that kernel: a kernel of its own."""
+    def f(x, b):
+        y = x.exp()
+        m = y @ b
+        return m, y * 2 + m.t()
+
+    kg = check(f, torch.randn(4, 4), torch.randn(4, 4))
+    assert len(kg.kernels) == 2
+    late = next(d for d in kg.decisions if d.buffer == "buf2")
+    assert not late.fused and late.kernel == "kernel1"
 
 
 def test_dead_code_is_dropped(check):

@@ -139,7 +139,8 @@ def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions,
         split_reductions=plugin.capabilities.split_reductions, output_views=output_views,
         welford=plugin.capabilities.welford, input_writes=tuple(region.meta.get(WRITES_KEY, ())),
         private_outputs=tuple(region.meta.get(PRIVATE_KEY, ())),
-        reuse_extern_outputs=plugin.capabilities.reuse_extern_outputs))
+        reuse_extern_outputs=plugin.capabilities.reuse_extern_outputs,
+        join_earlier_kernels=plugin.capabilities.join_earlier_kernels))
     if check:
         loopir.verify(kernel_graph)
     return kernel_graph

@@ -76,6 +76,10 @@ class LowerOptions:
         matmul's (or convolution's) output, or an earlier kernel's, it reads where nothing after
         the kernel reads that output (`input_stores.plan_extern_output_reuse`), as Inductor's
         wrapper reuses dead buffers: a SiLU * up after two matmuls writes where it reads.
+    join_earlier_kernels: a pointwise value that cannot join the open kernel may join an
+        earlier, closed one that holds or loads its inputs (`schedule._earlier_group`): values
+        saved for a backward graph late in the forward graph (a norm's input and statistics)
+        become outputs of the kernel computing them instead of kernels of their own.
     """
 
     lowerings: Lowerings | None = None
@@ -90,6 +94,7 @@ class LowerOptions:
     input_writes: tuple[tuple[int, int], ...] = ()
     private_outputs: tuple[int, ...] = ()
     reuse_extern_outputs: bool = False
+    join_earlier_kernels: bool = True
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -103,7 +108,8 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     lowered = lower_graph(gm, options.lowerings, options.round_low_precision, options.recompute_cheap,
                           options.split_reductions, options.output_views, options.recompute_transcendental,
                           dict(options.input_writes))
-    plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries)
+    plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries,
+                    join_earlier=options.join_earlier_kernels)
     if options.welford:
         plan = welford_schedule(plan)
     plan, stored = plan_input_stores(lowered, plan, options.input_writes)

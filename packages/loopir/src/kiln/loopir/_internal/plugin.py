@@ -44,6 +44,8 @@ class Capabilities:
         (`LowerOptions.welford`): for targets whose long rows are read from memory once per pass.
     reuse_extern_outputs: a pointwise node may store into a dead matmul or kernel output it reads
         (`LowerOptions.reuse_extern_outputs`): its runtime honours `Kernel.stored_inputs`.
+    join_earlier_kernels: a pointwise value may join an earlier kernel holding its inputs
+        (`LowerOptions.join_earlier_kernels`).
     """
 
     dtypes: frozenset[torch.dtype] = SUPPORTED_DTYPES
@@ -55,6 +57,7 @@ class Capabilities:
     recompute_transcendental: bool = True
     welford: bool = False
     reuse_extern_outputs: bool = False
+    join_earlier_kernels: bool = True
 
 
 def _no_options(settings: Mapping[str, Any]) -> None:

@@ -166,13 +166,16 @@ def _as_row_prologue(group: _Group, step: ComputedBuffer) -> _Group | None:
     return candidate
 
 
-def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: bool = False) -> Schedule:
+def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: bool = False,
+             join_earlier: bool = True) -> Schedule:
     """Fuse the steps of `lowered` into kernels, keeping program order valid.
 
     `fuse_rows`: let pointwise work over the rows a kernel's reduction runs over join it as
     row nodes (one pass per row for softmax / layer norm); codegens that cannot emit row
     loops ask for False. `row_temporaries`: a row node no other kernel reads is not a kernel
     output (`Kernel.row_temporaries`); without it, every row node's buffer is written out.
+    `join_earlier`: a pointwise step that cannot join the open kernel may join an earlier one
+    (`_earlier_group`).
 
     Steps whose results are never used (dead code in the ATen graph) are dropped first.
     """
@@ -206,6 +209,13 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
             current.add(step, how == "row")
             decisions.append(FusionDecision(step.name, current.name, True, how, detail))
             continue
+        earlier = _earlier_group(items, current, step, fuse_rows) if join_earlier else None
+        if earlier is not None:  # the open kernel stays open: `step` ran with an earlier one
+            group, how = earlier
+            group.add(step, how == "row")
+            decisions.append(FusionDecision(step.name, group.name, True, how, "an earlier kernel, whose inputs it "
+                                            "reads all"))
+            continue
         current = _Group(f"kernel{sum(isinstance(i, _Group) for i in items)}", [], {})
         current.add(step)
         items.append(current)
@@ -217,6 +227,33 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
     result = tuple(_make_kernel(item, specs, used_outside if row_temporaries else used_outside | item.rows, given)
                    if isinstance(item, _Group) else item for item in ordered)
     return Schedule(result, tuple(decisions))
+
+
+def _earlier_group(items: list, current: _Group | None, step: ComputedBuffer, fuse_rows: bool
+                   ) -> tuple[_Group, str] | None:
+    """(kernel, how) for a pointwise `step` that cannot join the open kernel but can join an
+    earlier, closed one, or None. Candidates are the kernels all of whose inputs `step` reads
+    are produced before them (or by them, read where stored), under the rules of joining an
+    open kernel (`_fusion_blocker`); the one producing or already loading most of those inputs
+    wins (the latest on a tie). A value computed late in the graph from what a kernel computed (a norm's input
+    or statistics saved for the backward graph) then leaves that kernel as one more output,
+    from the values it holds, instead of a launch of its own reading them back."""
+    if not isinstance(step.body, Pointwise):
+        return None
+    reads = {a.buffer for a in step.accesses().reads}
+    produced_later: set[str] = set()
+    best: tuple[int, _Group, str] | None = None
+    for item in reversed(items):
+        produced = _produced(item)
+        if isinstance(item, _Group) and item is not current and not produced_later & reads:
+            blocker, how, joined = _fusion_blocker(item, step, fuse_rows)
+            score = len(produced & reads) + len(_consumed(item) & reads)  # values it holds or loads
+            if blocker is None and joined is item and (best is None or score > best[0]):
+                best = (score, item, how)
+        produced_later |= produced
+        if not (reads - produced_later):
+            break  # every input is produced by kernels already tried or later ones
+    return None if best is None else (best[1], best[2])
 
 
 def _live_steps(lowered: LoweredGraph) -> list:
