@@ -46,6 +46,7 @@ class _Group:
     members: list[ComputedBuffer]
     stored: dict[str, sympy.Expr]  # buffer name -> where its value is stored, in kernel variables
     rows: set[str] = dataclasses.field(default_factory=set)  # row nodes (see Kernel.is_row)
+    loads_seen: tuple[int, frozenset[str]] | None = None  # `_group_loads`' cache: (members, buffers)
 
     @property
     def ranges(self) -> tuple:
@@ -233,9 +234,9 @@ def _earlier_group(items: list, current: _Group | None, step: ComputedBuffer, fu
                    ) -> tuple[_Group, str] | None:
     """(kernel, how) for a pointwise `step` that cannot join the open kernel but can join an
     earlier, closed one, or None. Candidates are the kernels all of whose inputs `step` reads
-    are produced before them (or by them, read where stored), under the rules of joining an
-    open kernel (`_fusion_blocker`); the one producing or already loading most of those inputs
-    wins (the latest on a tie). A value computed late in the graph from what a kernel computed (a norm's input
+    are produced before them (or by them, read where stored) and which produce or load at least
+    one of them, under the rules of joining an open kernel (`_fusion_blocker`); the one
+    producing or already loading most of those inputs wins (the latest on a tie). A value computed late in the graph from what a kernel computed (a norm's input
     or statistics saved for the backward graph) then leaves that kernel as one more output,
     from the values it holds, instead of a launch of its own reading them back."""
     if not isinstance(step.body, Pointwise):
@@ -246,14 +247,22 @@ def _earlier_group(items: list, current: _Group | None, step: ComputedBuffer, fu
     for item in reversed(items):
         produced = _produced(item)
         if isinstance(item, _Group) and item is not current and not produced_later & reads:
-            blocker, how, joined = _fusion_blocker(item, step, fuse_rows)
-            score = len(produced & reads) + len(_consumed(item) & reads)  # values it holds or loads
-            if blocker is None and joined is item and (best is None or score > best[0]):
-                best = (score, item, how)
+            score = len(produced & reads) + len(_group_loads(item) & reads)  # values it holds or loads
+            if score and (best is None or score > best[0]):
+                blocker, how, joined = _fusion_blocker(item, step, fuse_rows)
+                if blocker is None and joined is item:
+                    best = (score, item, how)
         produced_later |= produced
         if not (reads - produced_later):
             break  # every input is produced by kernels already tried or later ones
     return None if best is None else (best[1], best[2])
+
+
+def _group_loads(group: _Group) -> frozenset[str]:
+    """The buffers `group`'s members load, kept on the group until it grows."""
+    if group.loads_seen is None or group.loads_seen[0] != len(group.members):
+        group.loads_seen = (len(group.members), frozenset(_consumed(group)))
+    return group.loads_seen[1]
 
 
 def _live_steps(lowered: LoweredGraph) -> list:
