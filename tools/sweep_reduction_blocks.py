@@ -11,6 +11,9 @@ replay, L2 flushed between calls, median). Prints, per row, the heuristics' own 
 fastest configuration as % of the measured copy bandwidth; `--out` writes every time
 (microseconds) as JSON. This is
 how `_HELD_ROW_BYTES_PER_WARP` in codegen_triton's runtime.py was chosen (BENCHMARKS.md).
+`--welford` sweeps the one-pass variance's kernels instead (loopir's welford rewrite, whatever the
+plugin declares): every `welford_rblock` cap and tile elements per warp, beside the two-pass
+heuristic (how session 18 found the one-pass form slower in every row).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
 The step of `tools/bench_low_precision.py --suite train` (`bert_training_steps`: forward, a
 mean-square loss, backward; no optimizer), with autocast bf16 (`amp`) or in float32. Prints, per backend, the median host time to
 enqueue a step and its wall time with a sync (interleaved rounds), the GPU time and kernel count per
-step (torch.profiler), the top GPU kernels, and kiln's costliest Python functions (cProfile, own
-time). Run the two modes in separate processes: each compiles its own graphs.
+step (torch.profiler), the top GPU kernels, kiln's output allocations per step and its costliest
+Python functions (cProfile, own time). Run the two modes in separate processes: each compiles its own graphs.
 """
 
 from __future__ import annotations
