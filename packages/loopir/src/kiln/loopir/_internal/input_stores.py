@@ -125,24 +125,28 @@ def plan_extern_output_reuse(lowered: LoweredGraph, plan: Schedule) -> Schedule:
             continue
         candidates = [spec for spec in item.inputs if spec.name in fresh and spec.name not in escaping
                       and last_read[spec.name] == position]
-        if not candidates:
-            fresh.update(_fresh_outputs(item))
-            continue
-        taken = {into for _, into in item.stored_inputs}
-        storing = {out for out, _ in item.stored_inputs}
-        outputs = {o.name for o in item.outputs}
-        for node in item.nodes:
-            if type(node.body) is not Pointwise or node.name not in outputs or node.name in storing:
-                continue
-            target = next((spec for spec in candidates if spec.name not in taken
-                           and spec.dtype == node.spec.dtype and _same_layout(node.spec, spec)
-                           and _reads_only_where_stored(item, node, spec.name)), None)
-            if target is not None:
-                item = dataclasses.replace(item, stored_inputs=(*item.stored_inputs, (node.name, target.name)))
-                taken.add(target.name)
-        items[position] = item
+        if candidates:
+            items[position] = item = _store_into_dead_results(item, candidates)
         fresh.update(_fresh_outputs(item))
     return dataclasses.replace(plan, items=tuple(items))
+
+
+def _store_into_dead_results(item: Kernel, candidates: list[BufferSpec]) -> Kernel:
+    """`item` with each pointwise output node storing into one of `candidates` (dead results it
+    reads) where that is safe (see `plan_extern_output_reuse`)."""
+    taken = {into for _, into in item.stored_inputs}
+    storing = {out for out, _ in item.stored_inputs}
+    outputs = {o.name for o in item.outputs}
+    for node in item.nodes:
+        if type(node.body) is not Pointwise or node.name not in outputs or node.name in storing:
+            continue
+        target = next((spec for spec in candidates if spec.name not in taken
+                       and spec.dtype == node.spec.dtype and _same_layout(node.spec, spec)
+                       and _reads_only_where_stored(item, node, spec.name)), None)
+        if target is not None:
+            item = dataclasses.replace(item, stored_inputs=(*item.stored_inputs, (node.name, target.name)))
+            taken.add(target.name)
+    return item
 
 
 def _fresh_outputs(kernel: Kernel) -> set[str]:
