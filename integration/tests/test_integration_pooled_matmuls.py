@@ -151,3 +151,35 @@ def test_each_matmul_writes_the_allocated_tensor(monkeypatch, op, args, kwargs):
     got = pooled_matmuls._MATMULS[op]("test", *small, **kwargs)
     assert len(handed) == 1
     torch.testing.assert_close(got, op(*small, **kwargs))
+
+
+def test_without_a_pool_matmuls_call_torchs_bindings(graphs):
+    """A codegen without `allocate_output` (codegen_triton; here under Triton's interpreter) gets
+    each matmul as torch's C binding (`torch.mm`, ...), not `OpOverload.__call__`: eager's values."""
+    args = (_randn(16, 16), _randn(16, 16, seed=1) / 4, _randn(16, seed=2), _randn(2, 8, 8, seed=3),
+            _randn(2, 8, 8, seed=4) / 3, _randn(2, 8, 8, seed=5))
+    torch._dynamo.reset()
+    calls = []
+
+    def counting(gm, example_inputs):
+        calls.append(1)
+        return backend(gm, example_inputs, options={"fallback": False, "codegen": "cuda"})
+
+    with torch.no_grad():
+        got = torch.compile(_four_matmuls, backend=counting)(*args)
+        want = _four_matmuls(*args)
+    assert calls and sum(routed for routed, _ in graphs) == 4
+    code = "\n".join(code for _, code in graphs)
+    assert all(f"torch.{name}(" in code for name in ("mm", "addmm", "bmm"))  # (baddbmm: a bmm and an epilogue)
+    assert "aten.mm" not in code and "mm_into" not in code
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", list(pooled_matmuls._DIRECT))
+def test_direct_bindings_are_the_same_ops(op):
+    shapes = {aten.mm.default: ((5, 3), (3, 4)), aten.addmm.default: ((4,), (5, 3), (3, 4)),
+              aten.bmm.default: ((2, 5, 3), (2, 3, 4)), aten.baddbmm.default: ((2, 5, 4), (2, 5, 3), (2, 3, 4))}[op]
+    tensors = [_randn(*shape, seed=i) for i, shape in enumerate(shapes)]
+    kwargs = {"beta": 0.5, "alpha": -2.0} if op in (aten.addmm.default, aten.baddbmm.default) else {}
+    assert torch.equal(pooled_matmuls._DIRECT[op](*tensors, **kwargs), op(*tensors, **kwargs))

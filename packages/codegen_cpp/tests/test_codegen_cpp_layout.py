@@ -126,6 +126,7 @@ def test_static_kernels_run_from_their_one_layout(cpp):
     x = torch.randn(4, 5)
     (out,) = kernel._static_call((x,))
     cpp.assert_same(out, x * 2 + 1)
+    assert kernel._guard is False or callable(kernel._guard)  # built from the first inputs (layout_guard)
     for other in [(torch.randn(5, 4).t(),), (torch.randn(4, 5, dtype=torch.float64),), ([1.0] * 5,), (x, x)]:
         assert kernel._static_call(other) is None
     before = torch.are_deterministic_algorithms_enabled()
@@ -135,3 +136,24 @@ def test_static_kernels_run_from_their_one_layout(cpp):
         cpp.assert_same(kernel(x)[0], x * 2 + 1)
     finally:
         torch.use_deterministic_algorithms(before)
+
+
+@pytest.mark.parametrize("name", ["index", "scatter_add"])
+def test_kernels_with_checks_or_scatter_bases_run_static(cpp, name):
+    """Run-time checks (an index's bounds) and a scatter's base copy are on the static path too:
+    its status raises the same error as the general path, and the base is copied first."""
+    fns = {"index": lambda x, i: x[i] * 2,
+           "scatter_add": lambda x, i: x.scatter_add(0, i.view(-1, 1).expand(-1, 3), x[:4] * 2)}
+    x, i = torch.randn(5, 3), torch.tensor([0, 4, 2, 1])
+    compiled = cpp.check(fns[name], x, i)
+    (kernel,) = [n.target for n in compiled.module.graph.nodes if isinstance(n.target, CompiledKernel) and n.target.checks]
+    assert kernel._static is not None and bool(kernel._scatter_bases) == (name == "scatter_add")
+    static, ran = kernel._static_call, []
+    kernel._static_call = lambda inputs: ran.append(static(inputs)) or ran[-1]
+    for _ in range(2):
+        cpp.assert_same(compiled.module(x, i), fns[name](x, i))
+    assert len(ran) == 2 and all(outputs is not None for outputs in ran)
+    if name == "index":
+        with pytest.raises(IndexError, match="out of bounds for a dimension of size 5"):
+            compiled.module(x, torch.tensor([0, 4, 5, 1]))
+        assert len(ran) == 2  # raised on the static path (the general path never ran)

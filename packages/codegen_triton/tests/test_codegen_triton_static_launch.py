@@ -133,10 +133,17 @@ class Hooked:
 
 @pytest.mark.parametrize("case", ["dtype", "stride", "shape", "misaligned", "not_a_tensor", "device", "hook",
                                   "deterministic"])
-def test_fast_launch_leaves_what_it_was_not_specialized_for_to_the_general_path(case):
+@pytest.mark.parametrize("after_a_launch", [False, True], ids=["first", "guarded"])
+def test_fast_launch_leaves_what_it_was_not_specialized_for_to_the_general_path(case, after_a_launch):
+    """Refused on a first call (the complete Python check) and after a launch went through
+    (its one C++ layout check, `layout_guard`, built from the first inputs: a no there still
+    leaves it to the complete check, and alignment is checked either way)."""
     static = FakeStatic()
     launch = one_frame(static, Hooked() if case == "hook" else None, 0 if case == "device" else -1)
     with torch.device("cpu"):  # the GPU-mode suite's default device is CUDA
+        if after_a_launch and case not in ("hook", "device"):
+            assert launch((torch.zeros(4),)) is not None and len(static.impl.launched) == 1
+            static.impl.launched.clear()
         x = {"dtype": torch.zeros(4, dtype=torch.float64), "stride": torch.zeros(8)[::2], "shape": torch.zeros(5),
              "misaligned": torch.zeros(5)[1:], "not_a_tensor": [0.0] * 4}.get(case, torch.zeros(4))
     with _deterministic(case == "deterministic"):

@@ -19,6 +19,7 @@ from kiln.loopir.codegen import (
     TextHandler,
     compile_size,
     evaluate_size,
+    layout_guard,
     node_summary,
     raise_failed_check,
 )
@@ -158,3 +159,23 @@ def test_text_handler_cse_constants_and_checks():
     number = handler.add_check(IndexError, "out of bounds for {size}", 3 * S0)
     assert number == 1 and handler.checks[0].message.startswith(f"buffer {kernel.nodes[0].name} (from ")
     assert node_summary(kernel.nodes[0]).startswith(f"{kernel.nodes[0].name}: float32[4, 1], max over [8] <- ")
+
+
+def test_layout_guard_passes_only_tensors_of_the_same_layouts():
+    """`layout_guard`: True only for as many tensors of the same dtype, device, sizes and strides
+    (and Python type); its False leaves the decision to the caller's own check."""
+    x, w = torch.randn(4, 6), torch.nn.Parameter(torch.randn(6))
+    guard = layout_guard((x, w))
+    if guard is None:
+        pytest.skip("this torch has no TensorGuards: callers keep their Python check alone")
+    assert guard(torch.randn(4, 6), torch.nn.Parameter(torch.randn(6)))
+    x_misaligned = torch.randn(25)[1:].view(4, 6)  # alignment is not the guard's business
+    assert guard(x_misaligned, w)
+    for other in [(torch.randn(6, 4).t(), w), (torch.randn(4, 6, dtype=torch.float64), w), (torch.randn(4, 7), w),
+                  (x, torch.randn(6)), (x, w.detach()), (x,), (x, w, w), (x, 3.0), ([1.0] * 6, w)]:
+        try:
+            assert not guard(*other)
+        except TypeError:  # another number of arguments than tensors it was built from
+            assert len(other) != 2
+    assert layout_guard(()) is None
+    assert layout_guard((x.to_sparse(),)) is None

@@ -13,6 +13,9 @@
 * `scatter_bases`: which input a runtime copies into which output before a scatter kernel runs;
 * `input_stores`: which input's tensor a runtime passes as which output's storage (a mutated
   graph input the kernel writes in place);
+* `layout_guard`: one C++ call telling whether a static kernel's inputs have exactly the
+  layouts of the ones it last ran on (a runtime's per-call fast path; its own Python check
+  decides whenever the guard says no);
 * `check_option_types`: the type check of a codegen's options dataclass;
 * `known_nonnegative`: whether an index expression's integer `//` and `%` may round differently
   in C-like languages than in sympy (a dividend not known to be >= 0);
@@ -30,6 +33,7 @@ from ._internal.shared.artifacts import ArtifactCache, ArtifactCacheError, defau
 from ._internal.shared.checks import CheckSite, raise_failed_check
 from ._internal.shared.handler import TextHandler
 from ._internal.shared.host import SizeFunction, compile_size, evaluate_size
+from ._internal.shared.layout_guard import LayoutGuard, layout_guard
 from ._internal.shared.op_costs import ARITHMETIC as ARITHMETIC_OPS
 from ._internal.shared.option_types import check_option_types
 from ._internal.shared.signs import known_nonnegative
@@ -45,4 +49,5 @@ __all__ = [
     "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",
     "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "default_cache_root", "node_summary",
     "philox", "scatter_bases", "input_stores", "known_nonnegative", "check_option_types", "ARITHMETIC_OPS",
+    "layout_guard", "LayoutGuard",
 ]

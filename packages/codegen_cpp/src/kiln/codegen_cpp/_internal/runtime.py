@@ -24,8 +24,10 @@ from kiln.loopir.codegen import (
     ArtifactCache,
     ArtifactCacheError,
     CheckSite,
+    LayoutGuard,
     SizeFunction,
     input_stores,
+    layout_guard,
     raise_failed_check,
     scatter_bases,
 )
@@ -175,10 +177,12 @@ class CompiledKernel:
         self._scatter_bases = KernelSignature.of(kernel).scatter_bases
         # outputs written into inputs: output position -> that input's position
         self._stored_outputs = dict(KernelSignature.of(kernel).input_stores)
-        # A kernel without size symbols, run-time checks or scatter bases has one layout per
-        # output and (checked) one per input: `_static_call` runs it from those alone.
+        # A kernel without size symbols has one layout per output and (checked) one per input:
+        # `_static_call` runs it from those alone (with its run-time checks' status and its
+        # scatter bases' copies, if it has them).
         self._static: tuple[tuple[Any, ...], tuple[Any, ...] | None] | None = None
-        if not kernel.symbols and not self.checks and not self._scatter_bases:
+        self._guard: LayoutGuard | bool | None = None  # `_static_call`'s input check in one C++ call
+        if not kernel.symbols:
             layouts, n_out = self._output_layouts(), len(kernel.outputs)
             # each output's allocator, chosen once: large ones from the pool (output_pool.py)
             allocations = tuple((tuple(size), tuple(stride), spec.dtype,
@@ -235,20 +239,31 @@ class CompiledKernel:
         allocations, exact = self._static
         if len(inputs) != len(self.kernel.inputs):
             return None
-        if exact is not None:
+        guard = self._guard  # one C++ check of every input (layout_guard); the loop below decides on a no
+        if exact is not None and not (guard and guard(*inputs)):
             try:
                 for tensor, (dtype, size, stride) in zip(inputs, exact):
                     if tensor.dtype is not dtype or not tensor.is_cpu or tensor.shape != size or tensor.stride() != stride:
                         return None
             except AttributeError:  # not a tensor
                 return None
+            if guard is None:  # built once, from the first inputs that pass (False: none to be had)
+                self._guard = layout_guard(inputs) or False
         if fill_requested(self.fill):
             return None  # the general path fills
         if self._stored_outputs:
             outputs = self._new_outputs(inputs, allocations)
         else:  # the common case, without a frame more
             outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype, allocate in allocations])
-        self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
+        for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
+            outputs[out_pos].copy_(inputs[in_pos])
+        if not self.checks:
+            self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
+            return outputs
+        status = ctypes.c_int32(0)
+        self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs], ctypes.byref(status))
+        if status.value:
+            raise_failed_check(self.__name__, self.kernel.symbols, self.checks, status.value, [])
         return outputs
 
     def _new_outputs(self, inputs: Sequence[torch.Tensor], allocations: Sequence[tuple[Any, Any, torch.dtype, Any]]

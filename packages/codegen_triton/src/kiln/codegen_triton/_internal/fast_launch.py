@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from kiln.loopir.codegen import LayoutGuard, layout_guard
+
 from .static_launch import ALIGNMENT, StaticLaunch
 
 FastLaunch = Callable[[tuple], "tuple[torch.Tensor, ...] | None"]
@@ -49,17 +51,27 @@ def fast_launch(plan: Any, static: StaticLaunch, device: int, knobs: Any, curren
     by_output = dict(stored)
     sources = tuple(by_output.get(position) for position in range(len(allocations))) if stored else ()
 
+    guard: LayoutGuard | bool | None = None  # the input check in one C++ call (layout_guard)
+
     def launch(inputs: tuple) -> tuple[torch.Tensor, ...] | None:
+        nonlocal guard
         if current_device() != device or deterministic():
             return None
         enter = knobs.launch_enter_hook
         if enter is not None and getattr(enter, "calls", True):
             return None
         try:
-            for tensor, (dtype, size, stride) in zip(inputs, in_meta):
-                if (tensor.dtype is not dtype or tensor.get_device() != device or tensor.stride() != stride
-                        or tensor.shape != size or tensor.data_ptr() % ALIGNMENT):
-                    return None
+            if guard and guard(*inputs):  # every layout as specialized: the alignment is left
+                for tensor in inputs:
+                    if tensor.data_ptr() % ALIGNMENT:
+                        return None
+            else:  # the complete check, which decides; the guard is built from the first inputs it passes
+                for tensor, (dtype, size, stride) in zip(inputs, in_meta):
+                    if (tensor.dtype is not dtype or tensor.get_device() != device or tensor.stride() != stride
+                            or tensor.shape != size or tensor.data_ptr() % ALIGNMENT):
+                        return None
+                if guard is None and len(inputs) == len(in_meta):
+                    guard = layout_guard(inputs) or False
         except (AttributeError, TypeError):  # not a tensor: the general path's check names it
             return None
         if sources:

@@ -61,8 +61,8 @@ def strided_view(tensor: torch.Tensor, size: list[int], stride: list[int], offse
 # torch's C++ view constructor without the dispatcher (what Inductor's wrappers call): 3 vs 6 us
 # per view on a CPU, and a compiled graph makes each of its views on every call. It records no
 # autograd view (no `_base`), so only views the graph's own kernels and externs read use it.
-_REINTERPRET = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_reinterpret_tensor",
-                       lambda tensor, size, stride, offset: strided_view(tensor, size, stride, offset))
+_REINTERPRET_TENSOR = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_reinterpret_tensor", None)
+_REINTERPRET = _REINTERPRET_TENSOR or (lambda tensor, size, stride, offset: strided_view(tensor, size, stride, offset))
 
 
 def internal_view(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
@@ -80,6 +80,8 @@ def restrided_buffer(tensor: torch.Tensor, size: list[int], stride: list[int], o
     `autograd.Function` could not be modified in place); else a view, as eager's (an expand)."""
     if offset != 0 or math.prod(size) != tensor.numel():
         return strided_view(tensor, size, stride, offset)
+    if _REINTERPRET_TENSOR is not None:  # the same tensor of its own, without the dispatcher: 0.7 vs 3.5 us
+        return _REINTERPRET_TENSOR(tensor, size, stride, offset)  # (offset: from tensor's first element)
     result = torch.empty((0,), dtype=tensor.dtype, device=tensor.device)
     return result.set_(tensor.untyped_storage(), tensor.storage_offset() + offset, size, stride)
 
