@@ -127,6 +127,25 @@ def test_fast_launch_passes_an_input_as_the_output_stored_into_it():
     assert args[:4] == (x, y, y, second)
 
 
+def test_fast_launch_of_a_checked_kernel_passes_its_status_and_asserts_after_the_launch():
+    """A kernel with run-time checks (asynchronous: not `sync_checks`) takes its one zeroed
+    status buffer after the sizes, and the assert on it runs after each launch."""
+    static, asserted = FakeStatic(kept_prefix=3), []
+    status = torch.zeros(1, dtype=torch.int32, device="cpu")
+    launch = fast_launch(fake_plan(), static, -1, Knobs(), lambda d: 7,
+                         lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype, device="cpu"),
+                         lambda: -1, checked=(status, lambda st: asserted.append((st, len(static.impl.launched)))))
+    x = torch.randn(4, device="cpu")
+    for calls in (1, 2):
+        (out,) = launch((x,))
+        assert len(asserted) == calls and asserted[-1][0] is status and asserted[-1][1] == calls  # after it
+    ((*_, args, _stream), _) = static.impl.launched
+    assert args[0] is x and args[2] is status and args[3:] == (None, None)
+    # without the status among the compiled arguments (another argument layout): no fast path
+    assert fast_launch(fake_plan(), FakeStatic(kept_prefix=2), -1, Knobs(), lambda d: 7, None, lambda: -1,
+                       checked=(status, print)) is None
+
+
 class Hooked:
     launch_enter_hook = types.SimpleNamespace(calls=[print])  # a profiler's hook chain
 
@@ -181,3 +200,21 @@ def test_static_kernels_launch_in_one_frame_after_the_static_launch_went_through
     torch.testing.assert_close(module(misaligned), torch.sigmoid(misaligned) * 3)
     with pytest.raises(TritonCodegenError, match="strides"):  # the general path's check names it
         kernel(torch.randn(33, 64).t())
+
+
+@pytest.mark.skipif(not ON_GPU, reason="static launches need a CUDA build and a GPU: the GPU-mode suite runs this")
+@pytest.mark.parametrize("sync_checks", [False, True])
+def test_checked_kernels_launch_in_one_frame_unless_their_checks_are_synchronous(tmp_path, sync_checks):
+    """An index's bounds check: asynchronous (the default), the kernel takes the fast path with
+    its one status buffer; `sync_checks` (eager's exception, waiting) keeps the general path."""
+    x, i = torch.randn(5, 3), torch.tensor([0, 4, 2, 1])
+    graph = lower(make_fx(lambda x, i: x[i] * 2)(x, i))
+    module = compile(graph, TritonOptions(cache_dir=tmp_path, sync_checks=sync_checks))
+    (kernel,) = [n.target for n in module.graph.nodes if isinstance(n.target, TritonKernel)]
+    assert kernel.checks
+    for _ in range(3):
+        torch.testing.assert_close(module(x, i), x[i] * 2)
+    assert callable(kernel._fast) != sync_checks
+    if sync_checks:
+        with pytest.raises(IndexError, match="out of bounds"):
+            module(x, torch.tensor([0, 5, 2, 1]))

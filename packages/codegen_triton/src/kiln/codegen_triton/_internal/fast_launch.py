@@ -31,19 +31,23 @@ FastLaunch = Callable[[tuple], "tuple[torch.Tensor, ...] | None"]
 
 def fast_launch(plan: Any, static: StaticLaunch, device: int, knobs: Any, current_stream: Callable[[int], int],
                 allocate: Callable[..., torch.Tensor], current_device: Callable[[], int] | None = None,
-                stored: tuple[tuple[int, int], ...] = ()) -> FastLaunch | None:
+                stored: tuple[tuple[int, int], ...] = (),
+                checked: tuple[torch.Tensor, Callable[[torch.Tensor], None]] | None = None) -> FastLaunch | None:
     """The one-frame launch of `plan` through `static` on CUDA device `device`, or None when
     `static` passes its arguments in another order than (inputs, outputs, sizes).
 
     `knobs`: Triton's runtime knobs (launch hooks); `allocate(size, stride, dtype)` allocates an
     output on the current device; `current_device()` is its index (torch's, by default);
     `stored`: (output, input) positions of outputs written into an input's memory (the kernel's
-    `input_stores`), which are that input, not allocated."""
-    n_args = len(plan.in_meta) + len(plan.out_allocations) + len(plan.sizes)
+    `input_stores`), which are that input, not allocated; `checked`: for a kernel with run-time
+    checks, (its `kiln_status` buffer, zeroed, which only a failing check writes; the assert
+    that it is still zero, run after each launch without waiting)."""
+    status, assert_ok = checked if checked is not None else (None, None)
+    n_args = len(plan.in_meta) + len(plan.out_allocations) + len(plan.sizes) + (status is not None)
     if static.kept_prefix != n_args or not plan.in_meta:
         return None
     in_meta, allocations = plan.in_meta, plan.out_allocations
-    tail = (*plan.sizes, *static.nulls)
+    tail = (*plan.sizes, *((status,) if status is not None else ()), *static.nulls)
     launch_kernel, function = static.impl._launch_kernel, static.function
     grid_x, warps, shared, letters = plan.grid[0], static.num_warps, static.shared, static.letters
     current_device = current_device or torch._C._cuda_getDevice
@@ -81,6 +85,8 @@ def fast_launch(plan: Any, static: StaticLaunch, device: int, knobs: Any, curren
             outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype in allocations])
         launch_kernel(function, grid_x, 1, 1, warps, shared, letters, inputs + outputs + tail,
                       current_stream(device))
+        if assert_ok is not None:
+            assert_ok(status)
         return outputs
 
     return launch

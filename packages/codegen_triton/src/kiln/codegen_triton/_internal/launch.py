@@ -105,12 +105,13 @@ class DirectLauncher:
             return
         self._proven = True
 
-    def fast_launch(self, plan: Any, device: int, allocate: Any, stored: tuple[tuple[int, int], ...] = ()
-                    ) -> FastLaunch | bool | None:
+    def fast_launch(self, plan: Any, device: int, allocate: Any, stored: tuple[tuple[int, int], ...] = (),
+                    checked: tuple[torch.Tensor, Any] | None = None) -> FastLaunch | bool | None:
         """The one-frame launch of `plan` on `device` with 16-byte aligned inputs (fast_launch.py),
         once its static launch went through; None while it has not yet, False if it never can.
         `allocate(size, stride, dtype)`: allocates an output on the current CUDA device;
-        `stored`: the kernel's (output, input) stores into inputs."""
+        `stored`: the kernel's (output, input) stores into inputs; `checked`: a kernel with
+        run-time checks: (its zeroed status buffer, the assert run on it after each launch)."""
         entry = self._launchers.get((device, plan.size_key, 0))
         if not self._direct or not self.dtypes_checked:
             return False
@@ -119,7 +120,8 @@ class DirectLauncher:
         if entry[4] is None:
             return False
         knobs, _, current_stream = self._runtime
-        return fast_launch(plan, entry[4], device, knobs, current_stream, allocate, stored=stored) or False
+        return fast_launch(plan, entry[4], device, knobs, current_stream, allocate, stored=stored,
+                           checked=checked) or False
 
     @property
     def direct(self) -> bool:

@@ -132,7 +132,11 @@ class TritonKernel:
         # The one-frame launch of a static kernel (fast_launch.py): None until its static
         # launch went through, False where it cannot apply.
         self._fast: FastLaunch | bool | None = None
-        self._fast_eligible = (self._launcher is not None and not kernel.symbols and not self.checks
+        # (Run-time checks too, unless they are synchronous: a check's status then lives in one
+        # zeroed buffer per kernel, which only a failing check writes, and a device-side assert
+        # follows each launch, as on the general path.)
+        self._fast_eligible = (self._launcher is not None and not kernel.symbols
+                               and not (self.checks and options.sync_checks)
                                and not self._scatter_bases and not options.fill_uninitialized)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -183,9 +187,13 @@ class TritonKernel:
         self.launch_plan(plan, inputs, outputs, status, index)
         if status:
             self._report_checks(status[0], plan)
+        if fast is None and index is not None and self._fast_eligible:
+            checked = None
+            if self.checks:  # the one status buffer of the fast path, and the assert after each launch
+                checked = (torch.zeros(1, dtype=torch.int32, device=inputs[0].device), self._assert_checks)
+            self._fast = self._launcher.fast_launch(plan, index, _EMPTY_STRIDED_CUDA, self._input_stores, checked)
         elif fast is None and index is not None:
-            self._fast = self._fast_eligible and self._launcher.fast_launch(plan, index, _EMPTY_STRIDED_CUDA,
-                                                                            self._input_stores)
+            self._fast = False
         return outputs
 
     def _allocated(self, plan: _Plan) -> tuple[tuple[Any, Any, torch.dtype], ...]:
@@ -246,6 +254,10 @@ class TritonKernel:
             if number:
                 raise_failed_check(self.__name__, self.kernel.symbols, self.checks, number, plan.sizes)
             return
+        self._assert_checks(status)
+
+    def _assert_checks(self, status: torch.Tensor) -> None:
+        """A device-side assert that `status` is still 0 (no check failed); nothing waits."""
         torch._assert_async(status == 0, self._async_message)
 
     @functools.cached_property
