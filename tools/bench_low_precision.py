@@ -6,7 +6,8 @@
   softmax), each with its bytes moved over the measured device-to-device copy bandwidth, and
   kiln's fallback count (an `explain` with the same options);
 * models: Hugging Face BERT, GPT-2 and Llama (6 layers, d768, 8x512) in bfloat16 inference;
-* train: an autocast-bf16 BERT training step (forward, backward), losses compared with eager.
+* train: an autocast-bf16 BERT training step (forward, backward), losses compared with eager;
+  the three backends' steps interleaved (see `training_step`).
 
 Every number comes from this run; ratios > 1 mean kiln is faster.
 """
@@ -16,8 +17,10 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import statistics
 import sys
 import tempfile
+import time
 
 import torch
 from workloads import CountingBackend, compile_and_time, median_seconds, model_workloads, table
@@ -117,14 +120,27 @@ def bert_training_steps(amp: bool = True) -> dict:
 
 
 def training_step(repeat: int) -> list[str]:
-    results = {}
-    for label, step in bert_training_steps().items():
-        first = step()
-        results[label] = (median_seconds(step, repeat, device=DEVICE), float(first))
-    eager, inductor, kiln = (results[k][0] for k in ("eager", "inductor", "kiln"))
+    """The AMP step's median wall time per backend, the backends' steps interleaved (one step of
+    each in turn, `repeat` turns): these steps are host-bound, and the host's speed drifts by 30%
+    between and within processes (session 19 on an H200: Inductor 13.0 and 17.1 ms a step in two
+    runs, each backend timed in a block of its own); interleaved, a drift hits all three alike."""
+    steps = bert_training_steps()
+    first = {label: float(step()) for label, step in steps.items()}
+    for step in steps.values():
+        for _ in range(3):  # warm-up
+            step()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {label: [] for label in steps}
+    for _ in range(repeat):
+        for label, step in steps.items():
+            start = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            samples[label].append(time.perf_counter() - start)
+    eager, inductor, kiln = (statistics.median(samples[k]) for k in ("eager", "inductor", "kiln"))
     return ["bert 6L d768 8x512 AMP step", f"{eager * 1e3:.1f}", f"{inductor * 1e3:.1f}", f"{kiln * 1e3:.1f}",
             f"{eager / kiln:.2f}x", f"{inductor / kiln:.2f}x",
-            f"{results['eager'][1]:.5f} / {results['inductor'][1]:.5f} / {results['kiln'][1]:.5f}"]
+            f"{first['eager']:.5f} / {first['inductor']:.5f} / {first['kiln']:.5f}"]
 
 
 def main() -> int:
