@@ -6,8 +6,9 @@
   softmax), each with its bytes moved over the measured device-to-device copy bandwidth, and
   kiln's fallback count (an `explain` with the same options);
 * models: Hugging Face BERT, GPT-2 and Llama (6 layers, d768, 8x512) in bfloat16 inference;
+  every row's eager, Inductor and kiln calls timed in turns (`workloads.interleaved_medians`);
 * train: an autocast-bf16 BERT training step (forward, backward), losses compared with eager;
-  the three backends' steps interleaved (see `training_step`).
+  the three backends' steps timed in turns too.
 
 Every number comes from this run; ratios > 1 mean kiln is faster.
 """
@@ -17,13 +18,18 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import statistics
 import sys
 import tempfile
-import time
 
 import torch
-from workloads import CountingBackend, compile_and_time, median_seconds, model_workloads, table
+from workloads import (
+    CountingBackend,
+    compile_and_time,
+    interleaved_medians,
+    median_seconds,
+    model_workloads,
+    table,
+)
 
 from kiln.integration import backend as kiln_backend
 from kiln.integration import explain
@@ -71,13 +77,13 @@ def row_workloads(dtype: torch.dtype):
 
 
 def bench(name, fn, args, repeat, moved=None, bandwidth=None):
-    eager = median_seconds(lambda: fn(*args), repeat, device=DEVICE)
     inductor_fn, inductor_compile, _ = compile_and_time(fn, args, "inductor")
-    inductor = median_seconds(lambda: inductor_fn(*args), repeat, device=DEVICE)
     options = {"cache_dir": tempfile.mkdtemp(prefix="kiln-bench-")}
     counting = CountingBackend(functools.partial(kiln_backend, options=options))
     kiln_fn, kiln_compile, _ = compile_and_time(fn, args, counting)
-    kiln = median_seconds(lambda: kiln_fn(*args), repeat, device=DEVICE)
+    times = interleaved_medians({"eager": lambda: fn(*args), "inductor": lambda: inductor_fn(*args),
+                                 "kiln": lambda: kiln_fn(*args)}, repeat, device=DEVICE)
+    eager, inductor, kiln = times["eager"], times["inductor"], times["kiln"]
     if counting.calls == 0:
         raise RuntimeError(f"{name}: Dynamo never called the kiln backend")
     error = float((kiln_fn(*args).float() - fn(*args).float()).abs().max())
@@ -126,18 +132,8 @@ def training_step(repeat: int) -> list[str]:
     runs, each backend timed in a block of its own); interleaved, a drift hits all three alike."""
     steps = bert_training_steps()
     first = {label: float(step()) for label, step in steps.items()}
-    for step in steps.values():
-        for _ in range(3):  # warm-up
-            step()
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {label: [] for label in steps}
-    for _ in range(repeat):
-        for label, step in steps.items():
-            start = time.perf_counter()
-            step()
-            torch.cuda.synchronize()
-            samples[label].append(time.perf_counter() - start)
-    eager, inductor, kiln = (statistics.median(samples[k]) for k in ("eager", "inductor", "kiln"))
+    times = interleaved_medians(steps, repeat, device=DEVICE)
+    eager, inductor, kiln = (times[k] for k in ("eager", "inductor", "kiln"))
     return ["bert 6L d768 8x512 AMP step", f"{eager * 1e3:.1f}", f"{inductor * 1e3:.1f}", f"{kiln * 1e3:.1f}",
             f"{eager / kiln:.2f}x", f"{inductor / kiln:.2f}x",
             f"{first['eager']:.5f} / {first['inductor']:.5f} / {first['kiln']:.5f}"]

@@ -173,6 +173,25 @@ def median_seconds(fn: Callable[[], Any], repeat: int = 30, warmup: int = 3, dev
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict[str, Callable[[], Any]], repeat: int = 30, warmup: int = 3,
+                        device: str = "cpu") -> dict[str, float]:
+    """Median seconds per call of each of `fns`, timed in turns (one call of each, `repeat`
+    turns), so that a host whose speed drifts (30% between blocks of a few seconds on the GPU
+    machines' hosts) slows every backend alike; each call is synchronized (wall time)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    samples: dict[str, list[float]] = {label: [] for label in fns}
+    for _ in range(repeat):
+        for label, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            samples[label].append(time.perf_counter() - start)
+    return {label: statistics.median(times) for label, times in samples.items()}
+
+
 def max_error(a: Any, b: Any) -> float:
     if isinstance(a, torch.Tensor):
         return float((a - b).abs().max()) if a.numel() else 0.0
