@@ -34,20 +34,29 @@ OUT = os.environ.get("OUT", ".")
 
 
 @triton.jit
+def _held_row(x_ptr, row, r, N: tl.constexpr, MASKED: tl.constexpr):
+    """XBLOCK whole rows of `x` as float32, loaded once (with or without an all-true mask)."""
+    if MASKED:
+        return tl.load(x_ptr + row * N + r, (r < N) & (row >= 0), other=0.0).to(tl.float32)
+    return tl.load(x_ptr + row * N + r).to(tl.float32)
+
+
+@triton.jit
+def _weight(w_ptr, r, EVW: tl.constexpr):
+    """A per-column weight as float32, `evict_last` when EVW (it is read by every row)."""
+    if EVW:
+        return tl.load(w_ptr + r, eviction_policy="evict_last").to(tl.float32)
+    return tl.load(w_ptr + r).to(tl.float32)
+
+
+@triton.jit
 def ln_persist(x_ptr, w_ptr, b_ptr, o_ptr, N: tl.constexpr, XBLOCK: tl.constexpr, EVW: tl.constexpr,
                MASKED: tl.constexpr):
     row = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     r = tl.arange(0, N)[None, :]
-    if MASKED:
-        x = tl.load(x_ptr + row * N + r, (r < N) & (row >= 0), other=0.0).to(tl.float32)
-    else:
-        x = tl.load(x_ptr + row * N + r).to(tl.float32)
-    if EVW:
-        w = tl.load(w_ptr + r, eviction_policy="evict_last").to(tl.float32)
-        b = tl.load(b_ptr + r, eviction_policy="evict_last").to(tl.float32)
-    else:
-        w = tl.load(w_ptr + r).to(tl.float32)
-        b = tl.load(b_ptr + r).to(tl.float32)
+    x = _held_row(x_ptr, row, r, N, MASKED)
+    w = _weight(w_ptr, r, EVW)
+    b = _weight(b_ptr, r, EVW)
     mean = tl.sum(x, 1)[:, None] / N
     xc = x - mean
     var = tl.sum(xc * xc, 1)[:, None] / N
@@ -82,14 +91,8 @@ def rms_persist(x_ptr, w_ptr, o_ptr, N: tl.constexpr, XBLOCK: tl.constexpr, EVW:
                 MASKED: tl.constexpr):
     row = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     r = tl.arange(0, N)[None, :]
-    if MASKED:
-        x = tl.load(x_ptr + row * N + r, (r < N) & (row >= 0), other=0.0).to(tl.float32)
-    else:
-        x = tl.load(x_ptr + row * N + r).to(tl.float32)
-    if EVW:
-        w = tl.load(w_ptr + r, eviction_policy="evict_last").to(tl.float32)
-    else:
-        w = tl.load(w_ptr + r).to(tl.float32)
+    x = _held_row(x_ptr, row, r, N, MASKED)
+    w = _weight(w_ptr, r, EVW)
     ms = tl.sum(x * x, 1)[:, None] / N
     y = (x * tl.rsqrt(ms + 1e-6)).to(o_ptr.dtype.element_ty).to(tl.float32) * w
     tl.store(o_ptr + row * N + r, y.to(o_ptr.dtype.element_ty))
