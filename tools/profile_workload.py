@@ -1,6 +1,6 @@
 """Where a workload's time goes: torch.profiler tables for eager, Inductor and kiln.
 
-    python tools/profile_workload.py --device cuda --workload bert [--rows 25]
+    python tools/profile_workload.py --device cuda --workload bert [--rows 25] [--dtype bfloat16]
 
 For each backend: the workload is compiled (kiln's call counted: a run where Dynamo never
 called kiln is an error), warmed up, then profiled over `--steps` calls. Prints the top ops /
@@ -54,8 +54,15 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rows", type=int, default=20)
     parser.add_argument("--backends", nargs="+", default=["eager", "inductor", "kiln"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="the model's parameters (and floating inputs) in this dtype")
     options = parser.parse_args()
     label, fn, args = _find(options.workload, options.device)
+    if options.dtype != "float32":
+        dtype = getattr(torch, options.dtype)
+        fn = fn.to(dtype) if isinstance(fn, torch.nn.Module) else fn
+        args = tuple(a.to(dtype) if a.is_floating_point() else a for a in args)
+        label += f" {options.dtype}"
     with torch.no_grad():
         for name in options.backends:
             torch._dynamo.reset()

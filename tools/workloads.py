@@ -160,24 +160,23 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def median_seconds(fn: Callable[[], Any], repeat: int = 30, warmup: int = 3, device: str = "cpu") -> float:
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def median_seconds(fn: Callable[[], Any], repeat: int = 30, warmup: int = 3, device: str = "cpu",
+                   calls: int = 1) -> float:
+    """Median seconds per call of `fn`; see `interleaved_medians` for `calls`."""
+    return interleaved_medians({"fn": fn}, repeat, warmup, device, calls)["fn"]
 
 
 def interleaved_medians(fns: dict[str, Callable[[], Any]], repeat: int = 30, warmup: int = 3,
-                        device: str = "cpu") -> dict[str, float]:
-    """Median seconds per call of each of `fns`, timed in turns (one call of each, `repeat`
+                        device: str = "cpu", calls: int = 1) -> dict[str, float]:
+    """Median seconds per call of each of `fns`, timed in turns (one sample of each, `repeat`
     turns), so that a host whose speed drifts (30% between blocks of a few seconds on the GPU
-    machines' hosts) slows every backend alike; each call is synchronized (wall time)."""
+    machines' hosts) slows every backend alike.
+
+    A sample is `calls` calls and one synchronization, divided by `calls`. With `calls=1` it is
+    a call's wall time, host time included. A kernel of ~0.1 ms (a memory-bound row on an H100)
+    is shorter than the host's time to call a compiled graph and wait for it, so for bandwidth
+    figures use `calls` > 1: the host then enqueues the next calls while the GPU runs, and the
+    sample measures the GPU."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -186,9 +185,10 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], repeat: int = 30, war
     for _ in range(repeat):
         for label, fn in fns.items():
             start = time.perf_counter()
-            fn()
+            for _ in range(calls):
+                fn()
             synchronize(device)
-            samples[label].append(time.perf_counter() - start)
+            samples[label].append((time.perf_counter() - start) / calls)
     return {label: statistics.median(times) for label, times in samples.items()}
 
 
