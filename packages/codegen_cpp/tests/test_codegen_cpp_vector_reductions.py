@@ -133,3 +133,19 @@ def test_empty_reductions_on_the_vector_path(cpp, cpp_parallel):
     for builder in (cpp, cpp_parallel.with_options(vectorize=True)):
         builder.check(lambda x: (x.sum(1), x.sum(), x.mean(0), x.sum(0), x.amax(1)), torch.randn(0, 4))
         builder.check(lambda x: (x.sum(0), x.sum(), x.prod(1)), torch.randn(3, 0))
+
+
+@pytest.mark.parametrize("tracing_mode", ["real", "symbolic"])
+@pytest.mark.parametrize("cols", [32, 37])
+def test_column_sums_equal_up_to_size1_dims_in_one_kernel(cpp, cpp_parallel, tracing_mode, cols):
+    """A layer norm's weight and bias gradients (`[C]`, over `[2, 16]`) and a linear's bias
+    gradient (`[1, C]`, over 32 flattened rows) share one kernel (loopir's scheduler), each with
+    its own reduction loop; vector code with a tail (37), serial and OpenMP, symbolic sizes."""
+    def f(g, x, h):
+        return (g * x).sum((0, 1)), g.sum((0, 1)), h.reshape(-1, h.shape[-1]).sum(0, keepdim=True)
+
+    args = [torch.randn(2, 16, cols) for _ in range(3)]
+    for builder in (cpp, cpp_parallel):
+        compiled = builder.check(f, *args, tracing_mode=tracing_mode, rtol=1e-5, atol=1e-5)
+        assert len(compiled.kernel_graph.kernels) == 1
+        assert "vector code" in compiled.source

@@ -332,3 +332,16 @@ def test_kernels_holding_rows_that_fit_one_block_run_without_a_loop(name, tmp_pa
     dynamic = compile(lower(make_fx(fn, tracing_mode="symbolic")(*make(700)), row_temporaries=True), options)
     assert not any(getattr(n.target, "persistent", True) for n in dynamic.graph.nodes
                    if type(n.target).__name__ == "TritonKernel")
+
+
+@pytest.mark.parametrize("tracing_mode", ["real", "symbolic"])
+def test_column_sums_equal_up_to_size1_dims_in_one_kernel(options, tracing_mode):
+    """A layer norm's weight and bias gradients (`[C]`, over `[2, 16]`) and a linear's bias
+    gradient (`[1, C]`, over the 32 flattened rows) in one kernel (loopir's scheduler), each
+    reduction with its own loop over its own ranges."""
+    def f(g, x, h):
+        return (g * x).sum((0, 1)), g.sum((0, 1)), h.reshape(-1, h.shape[-1]).sum(0, keepdim=True)
+
+    module, kernel_graph = check(f, tuple(torch.randn(2, 16, 37) for _ in range(3)), options, tracing_mode,
+                                 rtol=1e-5, atol=1e-5)
+    assert len(kernel_graph.kernels) == 1

@@ -353,3 +353,36 @@ def test_nested_output_structures_are_kept():
             got, want = run(x), fn(x)
             assert torch.utils._pytree.tree_structure(got) == torch.utils._pytree.tree_structure(want)
             torch.testing.assert_close(got, want)
+
+
+def _norm_and_bias_gradients(g, x, h):
+    """A transformer backward's column sums: a layer norm's weight and bias gradients (`[32]`,
+    over `[2, 16]`) and the next linear's bias gradient (`[1, 32]`, over the flattened rows)."""
+    return (g * x).sum((0, 1)), g.sum((0, 1)), h.reshape(-1, h.shape[-1]).sum(0, keepdim=True)
+
+
+@pytest.mark.parametrize("tracing_mode", ["real", "symbolic"])
+def test_reductions_over_the_same_outputs_up_to_size1_dims_share_a_kernel(check, tracing_mode):
+    """Reductions whose outer ranges differ only by size-1 dims (`[1, 32]` against `[32]`) compute
+    the same outputs in the same order: they join one kernel (each keeps its own reduction loop),
+    with concrete and symbolic sizes; before, each such bias gradient was a kernel of its own."""
+    args = [torch.randn(2, 16, 32) for _ in range(3)]
+    kg = check(_norm_and_bias_gradients, *args, tracing_mode=tracing_mode, rtol=1e-5, atol=1e-5)
+    (kernel,) = kg.kernels
+    bias = next(n for n in kernel.nodes if len(n.ranges) == 2)
+    assert [str(r) for r in bias.ranges][0] == "1"
+    assert kernel.placement(bias)[0][0] == 0  # the size-1 dim's index is the constant 0
+    decision = next(d for d in kg.decisions if d.buffer == bias.name)
+    assert decision.fused and decision.kind == "merged_dims", decision
+
+
+def test_a_column_sum_beside_row_sums_of_as_many_elements_is_not_merged(check):
+    """Equal element counts in other dims are not the same outputs: a `[32]` column sum next to
+    `[2, 16]` row sums keeps its own kernel (the reason says the ranges differ)."""
+    def f(x):
+        return x.sum(-1), x.sum((0, 1))
+
+    kg = check(f, torch.randn(2, 16, 32), rtol=1e-5, atol=1e-5)
+    assert len(kg.kernels) == 2
+    decision = next(d for d in kg.decisions if d.buffer == "buf1")
+    assert not decision.fused and decision.kind == "ranges_differ", decision

@@ -187,14 +187,16 @@ class TritonKernel:
         self.launch_plan(plan, inputs, outputs, status, index)
         if status:
             self._report_checks(status[0], plan)
-        if fast is None and index is not None and self._fast_eligible:
-            checked = None
-            if self.checks:  # the one status buffer of the fast path, and the assert after each launch
-                checked = (torch.zeros(1, dtype=torch.int32, device=inputs[0].device), self._assert_checks)
-            self._fast = self._launcher.fast_launch(plan, index, _EMPTY_STRIDED_CUDA, self._input_stores, checked)
-        elif fast is None and index is not None:
-            self._fast = False
+        if fast is None and index is not None:  # None: not yet known; False: never
+            self._fast = self._fast_eligible and self._fast_launch(plan, index)
         return outputs
+
+    def _fast_launch(self, plan: _Plan, index: int) -> FastLaunch | bool | None:
+        """The launcher's one-frame launch of `plan` on CUDA device `index` (fast_launch.py)."""
+        checked = None
+        if self.checks:  # the one status buffer of the fast path, and the assert after each launch
+            checked = (torch.zeros(1, dtype=torch.int32, device=f"cuda:{index}"), self._assert_checks)
+        return self._launcher.fast_launch(plan, index, _EMPTY_STRIDED_CUDA, self._input_stores, checked)
 
     def _allocated(self, plan: _Plan) -> tuple[tuple[Any, Any, torch.dtype], ...]:
         """The (size, stride, dtype) of each output the call allocates: all but those the kernel

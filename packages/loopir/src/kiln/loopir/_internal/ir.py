@@ -336,6 +336,20 @@ def placement(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence
     return index, rindex
 
 
+def outer_index(node_ranges: Sequence[Expr], ranges: Sequence[Expr]) -> tuple[Expr, ...] | None:
+    """A node's index over its outer `node_ranges` in the variables of a kernel whose outer loops
+    iterate `ranges`, when both are the same ranges up to size-1 dims (a bias gradient's
+    `[1, 768]` beside a layer norm weight's `[768]`: ``(0, i0)``; sizes may be symbolic); else
+    None. Dims merged do not count: for a reduction, equal element counts in other dims are a
+    coincidence of sizes (a `[32]` column sum beside `[2, 16]` row sums), not the same outputs."""
+    if same_exprs(node_ranges, ranges):
+        return index_vars(len(ranges))
+    if not same_exprs(_varying(node_ranges), _varying(ranges)):
+        return None
+    varying = [v for v, r in zip(index_vars(len(ranges)), ranges) if r != 1]
+    return tuple(sympy.Integer(0) if r == 1 else varying.pop(0) for r in node_ranges)
+
+
 def _placement(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr]
                ) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
     ivars = index_vars(len(ranges))
@@ -343,6 +357,11 @@ def _placement(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequenc
         merged = merged_index(node.ranges, ranges)
         if merged is not None and not is_row_of(node, ranges, row_ranges):
             return merged, ()
+    if not same_exprs(node.ranges, ranges) and isinstance(node.body, Reduction):
+        # A reduction over the kernel's outer elements, in other dims: its own reduction loop.
+        outer = outer_index(node.ranges, ranges)
+        if outer is not None:
+            return outer, index_vars(len(node.reduction_ranges), "r")
     if not is_row_of(node, ranges, row_ranges) or same_exprs(node.ranges, ranges):
         return ivars, index_vars(len(node.reduction_ranges), "r")
     if not same_exprs(_varying(node.ranges), _varying(ranges) + _varying(row_ranges)):

@@ -23,6 +23,7 @@ from .ir import (
     Scan,
     is_row_of,
     merged_index,
+    outer_index,
     placement,
 )
 from .lower import ExternCall, LoweredGraph, step_names, step_specs
@@ -78,6 +79,12 @@ def _fusion_blocker(group: _Group, node: ComputedBuffer, fuse_rows: bool
         if fuse_rows and is_row_of(node, group.ranges, group.row_ranges, split=False):
             how = "row"
         elif isinstance(node.body, Pointwise) and merged_index(node.ranges, group.ranges) is not None:
+            how = "merged_dims"
+        elif (isinstance(node.body, Reduction) and any(isinstance(m.body, Reduction) for m in group.members)
+              and outer_index(node.ranges, group.ranges) is not None):
+            # A reduction over the same outer elements in other dims (a linear's bias gradient,
+            # `[1, 768]`, beside a layer norm's weight gradient, `[768]`): it keeps its own
+            # reduction loop; the group's ranges, set by its first reduction, stay.
             how = "merged_dims"
         elif fuse_rows and (recut := _recut_rows(group, node)) is not None:
             how, group = "row", recut

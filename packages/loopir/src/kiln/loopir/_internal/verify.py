@@ -13,7 +13,7 @@ import operator
 
 import sympy
 
-from .ir import Kernel, Pointwise, merged_index
+from .ir import Kernel, Pointwise, Reduction, merged_index, outer_index
 from .kernel_graph import KernelGraph
 from .sizes import free_size_symbols, same_exprs
 
@@ -67,7 +67,8 @@ def verify_kernel(kernel: Kernel) -> None:
     exprs: list[sympy.Expr] = []
     for node in kernel.nodes:
         row = kernel.is_row(node)
-        merged = isinstance(node.body, Pointwise) and merged_index(node.ranges, kernel.ranges) is not None
+        merged = (merged_index(node.ranges, kernel.ranges) if isinstance(node.body, Pointwise) else
+                  outer_index(node.ranges, kernel.ranges) if isinstance(node.body, Reduction) else None) is not None
         if not row and not merged and not same_exprs(node.ranges, kernel.ranges):
             raise KernelGraphError(f"{kernel.name}: {node.name} iterates {list(node.ranges)}, kernel iterates "
                                    f"{list(kernel.ranges)} (rows: {list(kernel.row_ranges)})")
