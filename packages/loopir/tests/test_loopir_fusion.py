@@ -7,7 +7,7 @@ import sympy
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from kiln.loopir import Kernel, Reduction
+from kiln.loopir import Kernel, Reduction, lower
 
 
 def _calls(kg) -> list[str]:
@@ -386,3 +386,33 @@ def test_a_column_sum_beside_row_sums_of_as_many_elements_is_not_merged(check):
     assert len(kg.kernels) == 2
     decision = next(d for d in kg.decisions if d.buffer == "buf1")
     assert not decision.fused and decision.kind == "ranges_differ", decision
+
+
+def test_a_reduction_joins_an_earlier_kernel_holding_its_inputs_or_a_sibling(check):
+    """A reduction that cannot join the open kernel (closed by a matmul) joins the earlier kernel
+    that loads its input (`x.amax(0)` beside `x.sum(0)`), or, reading other inputs, one with a
+    reduction over the same outer and reduction ranges (`z.sum(0)`, a sibling: the bias
+    gradients of three projections); one that needs a later result keeps its own kernel."""
+    def f(x, b, z):
+        return x.sum(0), b.exp() @ b, x.amax(0), z.sum(0)
+
+    args = [torch.randn(8, 8) for _ in range(3)]
+    kg = check(f, *args)
+    assert len(kg.kernels) == 2
+    for buffer in ("buf3", "buf4"):
+        decision = next(d for d in kg.decisions if d.buffer == buffer)
+        assert decision.fused and decision.kernel == "kernel0" and "an earlier kernel" in decision.detail, decision
+    # Without sibling joins (codegen_triton's choice) only the reduction sharing an input joins.
+    kg = lower(make_fx(f)(*args), join_sibling_reductions=False)
+    torch.testing.assert_close(kg(*args), f(*args))
+    assert len(kg.kernels) == 3
+    assert next(d for d in kg.decisions if d.buffer == "buf3").kernel == "kernel0"
+    assert not next(d for d in kg.decisions if d.buffer == "buf4").fused
+
+    def later(x, b):
+        return x.sum(0), b.exp() @ b, (x @ b.t()).sum(0)  # the second matmul runs after kernel0
+
+    kg = check(later, *[torch.randn(8, 8) for _ in range(2)])
+    assert len(kg.kernels) == 3
+    decision = next(d for d in kg.decisions if d.buffer == "buf4")
+    assert not decision.fused and decision.kind == "closed_by_extern", decision

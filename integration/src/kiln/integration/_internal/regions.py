@@ -140,7 +140,8 @@ def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions,
         welford=plugin.capabilities.welford, input_writes=tuple(region.meta.get(WRITES_KEY, ())),
         private_outputs=tuple(region.meta.get(PRIVATE_KEY, ())),
         reuse_extern_outputs=plugin.capabilities.reuse_extern_outputs,
-        join_earlier_kernels=plugin.capabilities.join_earlier_kernels))
+        join_earlier_kernels=plugin.capabilities.join_earlier_kernels,
+        join_sibling_reductions=plugin.capabilities.join_sibling_reductions))
     if check:
         loopir.verify(kernel_graph)
     return kernel_graph

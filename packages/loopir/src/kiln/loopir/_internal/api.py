@@ -76,10 +76,15 @@ class LowerOptions:
         matmul's (or convolution's) output, or an earlier kernel's, it reads where nothing after
         the kernel reads that output (`input_stores.plan_extern_output_reuse`), as Inductor's
         wrapper reuses dead buffers: a SiLU * up after two matmuls writes where it reads.
-    join_earlier_kernels: a pointwise value that cannot join the open kernel may join an
-        earlier, closed one that holds or loads its inputs (`schedule._earlier_group`): values
-        saved for a backward graph late in the forward graph (a norm's input and statistics)
-        become outputs of the kernel computing them instead of kernels of their own.
+    join_earlier_kernels: a pointwise value or reduction that cannot join the open kernel may
+        join an earlier, closed one that holds or loads its inputs (`schedule._earlier_group`):
+        values saved for a backward graph late in the forward graph (a norm's input and
+        statistics) become outputs of the kernel computing them instead of kernels of their own;
+        a split reduction's partial sums over the same rows (a layer norm's weight and bias
+        gradients) share a kernel.
+    join_sibling_reductions: with `join_earlier_kernels`, a reduction may also join an earlier
+        kernel holding a reduction over the same outer and reduction ranges whose inputs it does
+        not share (the bias gradients of a query, key and value projection): fewer launches.
     """
 
     lowerings: Lowerings | None = None
@@ -95,6 +100,7 @@ class LowerOptions:
     private_outputs: tuple[int, ...] = ()
     reuse_extern_outputs: bool = False
     join_earlier_kernels: bool = True
+    join_sibling_reductions: bool = True
 
 
 def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: Any) -> KernelGraph:
@@ -109,7 +115,7 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
                           options.split_reductions, options.output_views, options.recompute_transcendental,
                           dict(options.input_writes))
     plan = schedule(lowered, fuse_rows=options.fuse_rows, row_temporaries=options.row_temporaries,
-                    join_earlier=options.join_earlier_kernels)
+                    join_earlier=options.join_earlier_kernels, join_siblings=options.join_sibling_reductions)
     if options.welford:
         plan = welford_schedule(plan)
     plan, stored = plan_input_stores(lowered, plan, options.input_writes)

@@ -44,8 +44,11 @@ class Capabilities:
         (`LowerOptions.welford`): for targets whose long rows are read from memory once per pass.
     reuse_extern_outputs: a pointwise node may store into a dead matmul or kernel output it reads
         (`LowerOptions.reuse_extern_outputs`): its runtime honours `Kernel.stored_inputs`.
-    join_earlier_kernels: a pointwise value may join an earlier kernel holding its inputs
-        (`LowerOptions.join_earlier_kernels`).
+    join_earlier_kernels: a pointwise value or reduction may join an earlier kernel holding
+        its inputs (`LowerOptions.join_earlier_kernels`).
+    join_sibling_reductions: with `join_earlier_kernels`, a reduction may also join an earlier
+        kernel with a reduction over the same ranges whose inputs it does not share
+        (`LowerOptions.join_sibling_reductions`).
     """
 
     dtypes: frozenset[torch.dtype] = SUPPORTED_DTYPES
@@ -58,6 +61,7 @@ class Capabilities:
     welford: bool = False
     reuse_extern_outputs: bool = False
     join_earlier_kernels: bool = True
+    join_sibling_reductions: bool = True
 
 
 def _no_options(settings: Mapping[str, Any]) -> None:

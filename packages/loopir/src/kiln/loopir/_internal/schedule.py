@@ -175,15 +175,16 @@ def _as_row_prologue(group: _Group, step: ComputedBuffer) -> _Group | None:
 
 
 def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: bool = False,
-             join_earlier: bool = True) -> Schedule:
+             join_earlier: bool = True, join_siblings: bool = True) -> Schedule:
     """Fuse the steps of `lowered` into kernels, keeping program order valid.
 
     `fuse_rows`: let pointwise work over the rows a kernel's reduction runs over join it as
     row nodes (one pass per row for softmax / layer norm); codegens that cannot emit row
     loops ask for False. `row_temporaries`: a row node no other kernel reads is not a kernel
     output (`Kernel.row_temporaries`); without it, every row node's buffer is written out.
-    `join_earlier`: a pointwise step that cannot join the open kernel may join an earlier one
-    (`_earlier_group`).
+    `join_earlier`: a pointwise or reduction step that cannot join the open kernel may join an
+    earlier one (`_earlier_group`); `join_siblings`: a reduction may join one only for holding a
+    reduction over the same ranges too.
 
     Steps whose results are never used (dead code in the ATen graph) are dropped first.
     """
@@ -217,7 +218,7 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
             current.add(step, how == "row")
             decisions.append(FusionDecision(step.name, current.name, True, how, detail))
             continue
-        earlier = _earlier_group(items, current, step, fuse_rows) if join_earlier else None
+        earlier = _earlier_group(items, current, step, fuse_rows, join_siblings) if join_earlier else None
         if earlier is not None:  # the open kernel stays open: `step` ran with an earlier one
             group, how = earlier
             group.add(step, how == "row")
@@ -237,24 +238,30 @@ def schedule(lowered: LoweredGraph, *, fuse_rows: bool = True, row_temporaries: 
     return Schedule(result, tuple(decisions))
 
 
-def _earlier_group(items: list, current: _Group | None, step: ComputedBuffer, fuse_rows: bool
-                   ) -> tuple[_Group, str] | None:
-    """(kernel, how) for a pointwise `step` that cannot join the open kernel but can join an
-    earlier, closed one, or None. Candidates are the kernels all of whose inputs `step` reads
-    are produced before them (or by them, read where stored) and which produce or load at least
-    one of them, under the rules of joining an open kernel (`_fusion_blocker`); the one
-    producing or already loading most of those inputs wins (the latest on a tie). A value computed late in the graph from what a kernel computed (a norm's input
-    or statistics saved for the backward graph) then leaves that kernel as one more output,
-    from the values it holds, instead of a launch of its own reading them back."""
-    if not isinstance(step.body, Pointwise):
+def _earlier_group(items: list, current: _Group | None, step: ComputedBuffer, fuse_rows: bool,
+                   siblings: bool = True) -> tuple[_Group, str] | None:
+    """(kernel, how) for a pointwise or reduction `step` that cannot join the open kernel but can
+    join an earlier, closed one, or None. Candidates are the kernels all of whose inputs `step`
+    reads are produced before them (or by them, read where stored) and which produce or load at
+    least one of them, or, for a reduction, hold a reduction over the same outer and reduction
+    ranges (with `siblings`: the bias gradients of a query, key and value projection, each over
+    another matmul's result), under the rules of joining an open kernel (`_fusion_blocker`); the
+    one producing or already loading most of those inputs wins (the latest on a tie). A value
+    computed late in the graph from what a kernel computed (a norm's input or statistics saved
+    for the backward graph) then leaves that kernel as one more output, from the values it
+    holds, instead of a launch of its own reading them back; a split reduction's partial sums
+    (a layer norm's weight and bias gradients) share one kernel, and their final sums another."""
+    if not isinstance(step.body, (Pointwise, Reduction)) or isinstance(step.body, Scan):
         return None
     reads = {a.buffer for a in step.accesses().reads}
     produced_later: set[str] = set()
-    best: tuple[int, _Group, str] | None = None
+    best: tuple[float, _Group, str] | None = None
     for item in reversed(items):
         produced = _produced(item)
         if isinstance(item, _Group) and item is not current and not produced_later & reads:
             score = len(produced & reads) + len(_group_loads(item) & reads)  # values it holds or loads
+            if not score and siblings and _sibling_reduction(item, step):
+                score = 0.5  # below any shared input
             if score and (best is None or score > best[0]):
                 blocker, how, joined = _fusion_blocker(item, step, fuse_rows)
                 if blocker is None and joined is item:
@@ -263,6 +270,15 @@ def _earlier_group(items: list, current: _Group | None, step: ComputedBuffer, fu
         if not (reads - produced_later):
             break  # every input is produced by kernels already tried or later ones
     return None if best is None else (best[1], best[2])
+
+
+def _sibling_reduction(group: _Group, step: ComputedBuffer) -> bool:
+    """Whether reduction `step` iterates the outer and reduction ranges of a reduction of
+    `group` (size-1 dims aside)."""
+    return isinstance(step.body, Reduction) and any(
+        isinstance(m.body, Reduction) and not isinstance(m.body, Scan)
+        and outer_index(step.ranges, m.ranges) is not None
+        and outer_index(step.reduction_ranges, m.reduction_ranges) is not None for m in group.members)
 
 
 def _group_loads(group: _Group) -> frozenset[str]:
