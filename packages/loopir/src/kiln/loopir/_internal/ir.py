@@ -252,8 +252,9 @@ def _pin_unit_dims(index: Sequence[Expr], ranges: Sequence[Expr]) -> tuple[Expr,
     return tuple(sympy.Integer(0) if r == 1 else i for i, r in zip(index, ranges))
 
 
-def _varying(ranges: Sequence[Expr]) -> list[Expr]:
-    return [r for r in ranges if r != 1]
+def same_up_to_unit_dims(a: Sequence[Expr], b: Sequence[Expr]) -> bool:
+    """Whether ranges `a` and `b` are the same once their size-1 dims are dropped."""
+    return same_exprs([r for r in a if r != 1], [r for r in b if r != 1])
 
 
 def is_row_of(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence[Expr], split: bool = True) -> bool:
@@ -263,7 +264,7 @@ def is_row_of(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequence
     `[8, 12, 512]` x `[512]`), and, with `split`, with loop dims cut (see `merged_index`)."""
     if not isinstance(node.body, Pointwise) or not row_ranges:
         return False
-    if same_exprs(_varying(node.ranges), _varying(ranges) + _varying(row_ranges)):
+    if same_up_to_unit_dims(node.ranges, (*ranges, *row_ranges)):
         return True
     return _merged_row_index(node, ranges, row_ranges, split) is not None
 
@@ -344,7 +345,7 @@ def outer_index(node_ranges: Sequence[Expr], ranges: Sequence[Expr]) -> tuple[Ex
     coincidence of sizes (a `[32]` column sum beside `[2, 16]` row sums), not the same outputs."""
     if same_exprs(node_ranges, ranges):
         return index_vars(len(ranges))
-    if not same_exprs(_varying(node_ranges), _varying(ranges)):
+    if not same_up_to_unit_dims(node_ranges, ranges):
         return None
     varying = [v for v, r in zip(index_vars(len(ranges)), ranges) if r != 1]
     return tuple(sympy.Integer(0) if r == 1 else varying.pop(0) for r in node_ranges)
@@ -364,7 +365,7 @@ def _placement(node: ComputedBuffer, ranges: Sequence[Expr], row_ranges: Sequenc
             return outer, index_vars(len(node.reduction_ranges), "r")
     if not is_row_of(node, ranges, row_ranges) or same_exprs(node.ranges, ranges):
         return ivars, index_vars(len(node.reduction_ranges), "r")
-    if not same_exprs(_varying(node.ranges), _varying(ranges) + _varying(row_ranges)):
+    if not same_up_to_unit_dims(node.ranges, (*ranges, *row_ranges)):
         return _merged_row_index(node, ranges, row_ranges), ()
     varying = [v for v, r in zip(ivars, ranges) if r != 1]
     varying += [v for v, r in zip(index_vars(len(row_ranges), "r"), row_ranges) if r != 1]

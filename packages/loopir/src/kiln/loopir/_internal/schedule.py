@@ -25,6 +25,7 @@ from .ir import (
     merged_index,
     outer_index,
     placement,
+    same_up_to_unit_dims,
 )
 from .lower import ExternCall, LoweredGraph, step_names, step_specs
 from .ops import ReadsWrites
@@ -277,8 +278,8 @@ def _sibling_reduction(group: _Group, step: ComputedBuffer) -> bool:
     `group` (size-1 dims aside)."""
     return isinstance(step.body, Reduction) and any(
         isinstance(m.body, Reduction) and not isinstance(m.body, Scan)
-        and outer_index(step.ranges, m.ranges) is not None
-        and outer_index(step.reduction_ranges, m.reduction_ranges) is not None for m in group.members)
+        and same_up_to_unit_dims(step.ranges, m.ranges)
+        and same_up_to_unit_dims(step.reduction_ranges, m.reduction_ranges) for m in group.members)
 
 
 def _group_loads(group: _Group) -> frozenset[str]:
