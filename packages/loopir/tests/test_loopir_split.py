@@ -10,7 +10,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.loopir import Reduction, Scan, lower, verify
-from kiln.loopir._internal.lower_split import split_factor
+from kiln.loopir._internal.lower_split import split_digits, split_factor
 
 
 def _reductions(kg):
@@ -57,10 +57,37 @@ def test_reductions_with_enough_outputs_or_no_exact_chunk_stay_whole():
 
 
 def test_split_factor():
-    assert split_factor(768, (4096,), reduces_last_dim=False) == 8  # a BERT bias gradient: 512-long chunks
+    assert split_factor(768, (4096,), reduces_last_dim=False) == 32  # a BERT bias gradient: 128-row chunks
+    assert split_factor(768, (8, 512), reduces_last_dim=False) == 32  # the same over [batch, sequence]
     assert split_factor(1, (1 << 26,), reduces_last_dim=True) == 1024
     assert split_factor(4096, (16384,), reduces_last_dim=True) == 1  # 4096 rows keep a GPU busy
-    assert split_factor(1000, (3, 100000), reduces_last_dim=False) == 3  # the first dim's divisors only
+    assert split_factor(1000, (3, 100000), reduces_last_dim=False) == 30  # 3 whole, then 10 parts of 100000
+    assert split_factor(768, (8, 511), reduces_last_dim=False) == 8  # 511 = 7 x 73: no part of it fits, dim 0 alone
+    assert split_factor(768, (4096,), reduces_last_dim=False, strided_chunk=512) == 8  # scans keep 512
+
+
+def test_split_digits():
+    assert split_digits([8, 512], 32) == (1, 4)  # dim 0 whole, dim 1 in 4 parts
+    assert split_digits([8, 512], 8) == (0, 8)
+    assert split_digits([2, 3, 512], 24) == (2, 4)
+    assert split_digits([3, 5], 6) is None  # 2 does not divide 3, and 6 / 3 = 2 does not divide 5
+    assert split_digits([3, 10], 6) == (1, 2)
+
+
+def test_a_split_over_several_reduced_dims_matches_eager():
+    """A layer norm's weight gradient over `[8, 512]` rows: 32 chunks, each the 8 of dim 0 whole
+    times a quarter of dim 1; the same for `[2, 3, 512]` (24 chunks: dims 0 and 1 unflattened)."""
+    for shape, split in (((8, 512, 96), 32), ((2, 3, 512, 96), 24)):
+        x, y = torch.randn(shape), torch.randn(shape)
+
+        def fn(x, y):
+            dims = tuple(range(x.dim() - 1))
+            return (x * y).sum(dims), x.amax(dims)
+
+        kg = _lowered(fn, x, y, split=True)
+        partials = [n for n in _reductions(kg) if n.spec.size[0] == split]
+        assert len(partials) == 2 and all(list(n.reduction_ranges) == [128] for n in partials), partials
+        torch.testing.assert_close(kg(x, y), fn(x, y), rtol=1e-4, atol=1e-3)
 
 
 def test_channels_last_statistics_split_as_reductions_over_outer_dims():
@@ -71,7 +98,8 @@ def test_channels_last_statistics_split_as_reductions_over_outer_dims():
     x = torch.randn(64, 64, 56, 56).contiguous(memory_format=torch.channels_last)
     kg = _lowered(lambda t: t.sum((0, 2, 3)), x, split=True)
     partial = next(n for n in _reductions(kg) if len(n.spec.size) > 1)
-    assert partial.spec.size[0] == 64  # split 64 ways (the whole N dim): 64 x 64 partial outputs
+    # split 512 ways: the whole N dim times 8 parts of H (chunks of 7 x 56 rows of channels)
+    assert partial.spec.size[0] == 512
     torch.testing.assert_close(kg(x), x.sum((0, 2, 3)), rtol=1e-4, atol=1e-2)
     contiguous = _lowered(lambda t: t.sum((0, 2, 3)), x.contiguous(), split=True)
     assert next(n for n in _reductions(contiguous) if len(n.spec.size) > 1).spec.size[0] == 16

@@ -21,7 +21,7 @@ import torch
 from .ir import Scan
 from .lower import LoweringError, node_location
 from .lower_pointwise import out_dtype_size
-from .lower_split import reduces_contiguous_dim, split_factor
+from .lower_split import MIN_CHUNK, reduces_contiguous_dim, split_factor
 from .registry import Lowerings
 from .sizes import Expr, FloorDiv, compute_dtype, numel, to_exprs
 from .values import Lazy
@@ -49,7 +49,7 @@ def _scan(ctx: Any, node: Any, x: Any, dim: int, scan_type: str) -> Any:
         return value if loaded == computed else ops.to_dtype(value, computed)
 
     outer = (*size[:dim], *size[dim + 1:])
-    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank)) \
+    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank), MIN_CHUNK) \
         if ctx.split_reductions and scan_type in SPLIT_SCAN_TYPES else 1
     if split > 1:
         return _split_scan(ctx, node, inner, size, dim, scan_type, computed, split, dtype)
@@ -230,7 +230,7 @@ def lower_cummax(ctx, node, x, dim):
         return value_at(ops, index, rindex), ops.index_expr(rindex[0], torch.int64)
 
     outer = (*size[:dim], *size[dim + 1:])
-    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank)) \
+    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank), MIN_CHUNK) \
         if ctx.split_reductions else 1
     if split > 1:
         return _split_cummax(ctx, node, pair, size, dim, largest, computed, split)
