@@ -131,12 +131,12 @@ def only_triton_kernel(fn, *args, options):
 def test_block_shapes_follow_memory_order(fn, contiguous, tmp_path):
     kernel = only_triton_kernel(fn, torch.randn(5, 12), options=TritonOptions(cache_dir=tmp_path))
     assert kernel.contiguous == contiguous
-    # Defaults: strided reductions take up to 64 outer points (a run of the contiguous dim) and
+    # Defaults: strided reductions take up to 32 outer points (a run of the contiguous dim) and
     # a 512-element block; a contiguous one takes up to 16384 of a float32 row (4096 of a
     # narrower dtype's) and as many rows as keep the block within 1024 elements.
     work = [(16384, 1024), (16384, 13), (7, 300), (1, 10**6), (64, 4096)]
     expected = ([(1, 1024), (8, 16), (2, 512), (1, 16384), (1, 4096)] if contiguous
-                else [(64, 8), (64, 8), (8, 64), (1, 128), (64, 8)])
+                else [(32, 16), (32, 16), (8, 64), (1, 128), (32, 16)])
     assert [kernel._reduction_blocks(x, r) for x, r in work] == expected
     # one warp per KiB of the float32 tile (strided: per 256 bytes, 8 bytes a thread), 2 to 16
     warps = [kernel._warps({"XBLOCK": x, "RBLOCK": r}) for x, r in expected]
