@@ -64,6 +64,11 @@ def test_split_factor():
     assert split_factor(1000, (3, 100000), reduces_last_dim=False) == 30  # 3 whole, then 10 parts of 100000
     assert split_factor(768, (8, 511), reduces_last_dim=False) == 8  # 511 = 7 x 73: no part of it fits, dim 0 alone
     assert split_factor(768, (4096,), reduces_last_dim=False, strided_chunk=512) == 8  # scans keep 512
+    # programs that reduce little stay one kernel: an attention mask's `any` over 512 rows of
+    # 4096 outputs (32 outputs x 512 rows a program), and 64 rows of 16384
+    assert split_factor(4096, (512,), reduces_last_dim=False) == 1
+    assert split_factor(64, (16384,), reduces_last_dim=True) == 1
+    assert split_factor(64, (1 << 16,), reduces_last_dim=True) == 16
 
 
 def test_split_digits():

@@ -49,7 +49,8 @@ def _scan(ctx: Any, node: Any, x: Any, dim: int, scan_type: str) -> Any:
         return value if loaded == computed else ops.to_dtype(value, computed)
 
     outer = (*size[:dim], *size[dim + 1:])
-    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank), MIN_CHUNK) \
+    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank),
+                         strided_chunk=MIN_CHUNK, program_elements=0) \
         if ctx.split_reductions and scan_type in SPLIT_SCAN_TYPES else 1
     if split > 1:
         return _split_scan(ctx, node, inner, size, dim, scan_type, computed, split, dtype)
@@ -230,7 +231,8 @@ def lower_cummax(ctx, node, x, dim):
         return value_at(ops, index, rindex), ops.index_expr(rindex[0], torch.int64)
 
     outer = (*size[:dim], *size[dim + 1:])
-    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank), MIN_CHUNK) \
+    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank),
+                         strided_chunk=MIN_CHUNK, program_elements=0) \
         if ctx.split_reductions else 1
     if split > 1:
         return _split_cummax(ctx, node, pair, size, dim, largest, computed, split)

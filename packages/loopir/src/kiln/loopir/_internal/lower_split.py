@@ -31,6 +31,10 @@ from .sizes import Expr, FloorDiv, unflatten
 SPLIT_TYPES = ("sum", "prod", "max", "min")
 MIN_ELEMENTS = 1 << 18  # smaller reductions are cheap whatever their shape
 MIN_CHUNK = 512  # elements each partial reduces, at least
+# elements one program of the unsplit reduction reduces, at least, for a split to pay for its
+# second kernel: an attention mask's `any` over 512 rows of 4096 outputs (32 outputs a program,
+# 16384 elements) took 2.4 us in one kernel, 2.3 + 1.2 us split in 4 (H200, session 21)
+MIN_PROGRAM_ELEMENTS = 1 << 16
 # rows each partial of a reduction over outer dims reduces, at least: a layer norm's weight
 # gradient over 4096 rows of 768 in 32 chunks, not 8 of 512 rows (H200, session 20: 96 ->
 # 384 programs, 95.9 -> 34.7 us for its weight and bias gradients' partial sums)
@@ -40,12 +44,14 @@ STRIDED_OUTPUTS_PER_PROGRAM = 32  # a reduction over outer dims gives each progr
 
 
 def split_factor(out_numel: Expr, reduced_sizes: Sequence[Expr], reduces_last_dim: bool,
-                 strided_chunk: int = MIN_STRIDED_CHUNK) -> int:
+                 strided_chunk: int = MIN_STRIDED_CHUNK, program_elements: int | None = None) -> int:
     """Into how many chunks to cut the reduced dims (1: no split; see `split_digits`).
 
     A reduction over the last dim gives each program about one output, a reduction over outer
     dims a block of `STRIDED_OUTPUTS_PER_PROGRAM` (so it reads whole runs of the contiguous
-    dim); the split brings the programs up to `TARGET_PROGRAMS`, keeping chunks of at least
+    dim); a reduction whose programs each reduce fewer than `MIN_PROGRAM_ELEMENTS` is not
+    split (its second kernel would cost more than the split saves; scans, whose chunks each
+    cost a pass more, pass their own `program_elements`); the split brings the programs up to `TARGET_PROGRAMS`, keeping chunks of at least
     `MIN_CHUNK` elements (`strided_chunk` rows over outer dims), with a split that cuts the
     reduced dims, merged in order, into equal chunks without dividing an element's index."""
     sizes = [sympy.sympify(s) for s in (out_numel, *reduced_sizes)]
@@ -55,7 +61,10 @@ def split_factor(out_numel: Expr, reduced_sizes: Sequence[Expr], reduces_last_di
     rnumel = math.prod(dims)
     if outputs * rnumel < MIN_ELEMENTS or outputs == 0:
         return 1
-    programs = outputs if reduces_last_dim else max(1, outputs // STRIDED_OUTPUTS_PER_PROGRAM)
+    per_program = 1 if reduces_last_dim else min(outputs, STRIDED_OUTPUTS_PER_PROGRAM)
+    if rnumel * per_program < (MIN_PROGRAM_ELEMENTS if program_elements is None else program_elements):
+        return 1
+    programs = -(-outputs // per_program)
     most = min(-(-TARGET_PROGRAMS // programs), rnumel // (MIN_CHUNK if reduces_last_dim else strided_chunk))
     return next((s for s in range(most, 1, -1) if split_digits(dims, s) is not None), 1)
 
