@@ -143,6 +143,17 @@ def test_block_shapes_follow_memory_order(fn, contiguous, tmp_path):
     assert warps == ([4, 2, 4, 16, 16] if contiguous else [8, 8, 8, 2, 8])
 
 
+def test_long_strided_chunks_of_narrow_dtypes_read_whole_lines(tmp_path):
+    """A bfloat16 sum over dim 0: chunks of 1024 rows or more take 64 columns (128 bytes a row
+    segment) and a 1024-element tile; shorter chunks keep float32's 32 x 16."""
+    kernel = only_triton_kernel(lambda x: x.sum(0), torch.randn(5, 12, dtype=torch.bfloat16),
+                                options=TritonOptions(cache_dir=tmp_path))
+    assert not kernel.contiguous
+    assert [kernel._reduction_blocks(x, r) for x, r in [(32768, 2048), (32768, 1024), (24576, 128), (7, 4096)]] \
+        == [(64, 16), (64, 16), (32, 16), (8, 128)]
+    assert kernel._warps({"XBLOCK": 64, "RBLOCK": 16}) == 8  # 2 KiB tile, a warp per 256 bytes
+
+
 def test_rows_of_narrow_dtypes_are_read_in_shorter_steps(tmp_path):
     kernel = only_triton_kernel(lambda x: x.sum(-1), torch.randn(5, 12, dtype=torch.bfloat16),
                                 options=TritonOptions(cache_dir=tmp_path))

@@ -45,9 +45,12 @@ class TritonOptions:
         512 bytes, measured on an H100 (sums over dim 0 of 2^26 elements at 512 to 16384
         columns, loopir's split counts, CUDA graph replays, `tools/strided_tile_probe.py`,
         BENCHMARKS.md session 17): bfloat16 67-76 -> 75-80% of copy, float32 85-87 -> 87-89%.
-        32 x 16 since session 20's branch: a layer norm's weight and bias gradients' partial sums
-        (4096 x 768 float32 in 32 chunks, H200) 34.7 -> 23.3 us (Inductor 25.1); the sums over
-        dim 0 of 2^26 elements not yet re-measured.
+        32 x 16 since session 21: a layer norm's weight and bias gradients' partial sums (4096 x
+        768 float32 in 32 chunks of 128 rows, H200, `tools/strided_reduction_probe.py`) 33.1 ->
+        22.1 us (Inductor 23.2), over 16384 x 768: 106 -> 69 us; it is the 16 rows a step that
+        count (32 x 8: 33.1 us). Float32 sums over dim 0 of 2^26 elements lost up to 3% (76.6 ->
+        79.1 us). Kernels reading 2-byte values in chunks of 1024 rows or more take twice the
+        columns and the tile (64 x 16: a 128-byte line a row).
         Tiles holding 16 bytes per thread lost in bfloat16 (64 x 16 with 4 warps: 57-60%).
     contiguous_rblock: the same when every loop over reduction ranges reads them contiguously
         (softmax, layer norm, sum over the last dim): RBLOCK grows up to this, and XBLOCK
