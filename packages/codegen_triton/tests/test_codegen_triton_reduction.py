@@ -220,6 +220,31 @@ def test_prod_any_all_and_arg_reductions(fuse_rows, options):
     torch.testing.assert_close(compile(kernel_graph, options)(x, b), more_reductions(x, b), equal_nan=True)
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_sibling_reductions_join_with_this_codegens_capabilities(split, tmp_path, monkeypatch):
+    """Three bias gradients of separate inputs (no shared reads), as the query, key and value
+    projections' are: with this codegen's capabilities (sibling joins on since session 21) the
+    three sums share one kernel; split (loopir's size thresholds lowered: 8 chunks of 128 rows),
+    their partial sums share one kernel and their final sums another. Both match eager."""
+    from kiln.codegen_triton import CODEGEN
+
+    def grads(a, b, c):
+        return tuple(t.transpose(1, 2).reshape(2, 512, 48).sum((0, 1)) for t in (a, b, c))
+
+    if split:
+        for name in ("MIN_ELEMENTS", "MIN_PROGRAM_ELEMENTS"):
+            monkeypatch.setattr(lower_split, name, 1)
+    args = tuple(torch.randn(2, 3, 512, 16, dtype=torch.float16) for _ in range(3))
+    caps = CODEGEN.capabilities
+    assert caps.join_sibling_reductions and caps.split_reductions
+    kernel_graph = lower(make_fx(grads)(*args), split_reductions=split,
+                         join_sibling_reductions=caps.join_sibling_reductions)
+    reductions = [sum(isinstance(n.body, Reduction) for n in k.nodes) for k in kernel_graph.kernels]
+    assert reductions == ([3, 3] if split else [3]), str(kernel_graph)
+    got = compile(kernel_graph, TritonOptions(cache_dir=tmp_path))(*args)
+    torch.testing.assert_close(got, grads(*args), rtol=1e-2, atol=1e-2)
+
+
 # (float16, not bfloat16: Triton's interpreter truncates float32 -> bfloat16 casts; GPUs round)
 @pytest.mark.parametrize("fn", [lambda x: x.sum(0), lambda x: x.half().amax(0), lambda x: x.sum()])
 def test_split_reductions_run(fn, tmp_path):
