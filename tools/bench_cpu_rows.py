@@ -1,5 +1,5 @@
 """The wider CPU rows of `nox -s bench` (issue 12): reductions by layout and width, normalizations
-at several row widths, a GELU MLP and a training step of a small MLP.
+at several row widths, a GELU MLP, a training step of a small MLP and an embedding's gradient.
 
 Each row is `(name, fn, args)` like tools/workloads.py's rows; `training_rows` run with autograd
 on (tools/bench.py times them outside `torch.no_grad`). Row sizes stay at 2-4 M elements so the
@@ -54,6 +54,20 @@ class MLPTrainingStep(torch.nn.Module):
         return (loss.detach(), *(p.grad for p in self.mlp.parameters()))
 
 
+class EmbeddingTrainingStep(torch.nn.Module):
+    """A token embedding's forward and backward (a language model's first layer): the weight's
+    gradient is a zero fill and a scatter-add of the rows' gradients; returns it."""
+
+    def __init__(self, vocab: int = 8192, width: int = 512) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(vocab, width)
+
+    def forward(self, ids: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        self.embedding.zero_grad(set_to_none=True)
+        (self.embedding(ids) * grad).sum().backward()
+        return self.embedding.weight.grad
+
+
 def inference_rows(device: str = "cpu") -> list[Row]:
     """Reductions over dim 0 and over a transposed input, layer norm, rmsnorm and var_mean at
     widths 1024, 4096 and 16384, and a GELU MLP."""
@@ -75,9 +89,13 @@ def inference_rows(device: str = "cpu") -> list[Row]:
 
 
 def training_rows(device: str = "cpu") -> list[Row]:
-    """A training step (forward + backward) of a small MLP; run with autograd on."""
+    """Training steps (forward + backward) of a small MLP and of a token embedding; run with
+    autograd on."""
     torch.manual_seed(0)
     batch, width = 256, 512
     step = MLPTrainingStep(width).to(device)
     x, target = torch.randn(batch, width, device=device), torch.randn(batch, width, device=device)
-    return [(f"mlp train step {batch}x{width}x1024", step, (x, target))]
+    embedding = EmbeddingTrainingStep().to(device)
+    ids = torch.randint(0, 8192, (8, 256), device=device)
+    return [(f"mlp train step {batch}x{width}x1024", step, (x, target)),
+            ("embedding train step 8x256 of 8192x512", embedding, (ids, torch.randn(8, 256, 512, device=device)))]

@@ -2,7 +2,8 @@
 `plan_extern_output_reuse`, the `reuse_extern_outputs` capability), as Inductor's kernels do
 (`in_out_ptr0`): on the C++ codegen and the Triton codegen (its interpreter on the CPU, the GPU
 under ``KILN_INTEGRATION_TEST_DEVICE=cuda``), eager's values on every call, results the caller
-holds never written over, and eager's gradients."""
+holds never written over, and eager's gradients. Also a scatter writing into its dead base
+(`scatter_into_dead_bases`: an embedding's gradient scattered into its zero fill, not a copy)."""
 
 from __future__ import annotations
 
@@ -30,21 +31,35 @@ def _compile(fn, codegen):
     return torch.compile(fn, backend=counting), calls
 
 
-@pytest.fixture
-def planned(monkeypatch):
-    """The (node, input) stores each planned schedule's kernels make into extern outputs."""
+def _spy_stores(monkeypatch, keep):
+    """Each planned schedule's stores (node, input) into dead results that `keep(kernel, pair)`."""
     from kiln.loopir._internal import input_stores
 
     seen = []
     real = input_stores.plan_extern_output_reuse
 
-    def spy(lowered, plan):
-        result = real(lowered, plan)
-        seen.append([pair for item in result.items for pair in getattr(item, "stored_inputs", ())])
+    def spy(lowered, plan, *flags):
+        result = real(lowered, plan, *flags)
+        seen.append([pair for item in result.items for pair in getattr(item, "stored_inputs", ()) if keep(item, pair)])
         return result
 
     monkeypatch.setattr("kiln.loopir._internal.api.plan_extern_output_reuse", spy)
     return seen
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """The (node, input) stores each planned schedule's kernels make into extern outputs."""
+    return _spy_stores(monkeypatch, lambda kernel, pair: True)
+
+
+@pytest.fixture
+def planned_scatters(monkeypatch):
+    """The stores each planned schedule's scatter nodes make into their dead bases."""
+    from kiln.loopir import Scatter
+
+    return _spy_stores(monkeypatch, lambda kernel, pair: any(
+        node.name == pair[0] and isinstance(node.body, Scatter) for node in kernel.nodes))
 
 
 def _gated_mlp(x, w1, w2, w3):
@@ -105,3 +120,44 @@ def test_gradients_with_kernels_writing_into_matmul_outputs_match_eager(planned,
     assert calls and [len(stores) for stores in planned] == [2, 2], planned  # forward, backward
     for got, want in zip(weights, reference):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
+
+
+# A scatter writes into its dead base instead of a copy of it (`scatter_into_dead_bases`, a
+# capability of the C++ codegen; off on the Triton codegen until checked on a GPU).
+
+def test_the_capability_is_the_cpp_codegens():
+    from kiln.codegen_cpp._internal.plugin import CODEGEN as CPP
+    from kiln.codegen_triton import CODEGEN as TRITON
+
+    assert CPP.capabilities.scatter_into_dead_bases
+    assert not TRITON.capabilities.scatter_into_dead_bases  # until run on a GPU (session 21)
+
+
+def test_an_embedding_gradient_scatters_into_its_zero_fill(planned_scatters):
+    """nn.Embedding trained on the C++ codegen (`fallback=False`): the weight's gradient is the
+    zero fill's buffer, scattered into; eager's gradients on three calls (the pool hands the
+    storage out again between calls), the ids and the incoming gradient unchanged."""
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(50, 16)
+    reference = torch.nn.Embedding(50, 16)
+    reference.load_state_dict(embedding.state_dict())
+    torch._dynamo.reset()
+    calls = []
+
+    def counting(gm, example_inputs):
+        calls.append(1)
+        return backend(gm, example_inputs, options={"fallback": False, "codegen": "cpu"})
+
+    compiled = torch.compile(lambda ids, w: (embedding(ids) * w).sum(), backend=counting)
+    for seed in range(3):
+        gen = torch.Generator().manual_seed(seed)
+        ids, w = torch.randint(0, 50, (4, 9), generator=gen), torch.randn(4, 9, 16, generator=gen)
+        kept = ids.clone(), w.clone()
+        embedding.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        compiled(ids, w).backward()
+        (reference(ids) * w).sum().backward()
+        torch.testing.assert_close(embedding.weight.grad, reference.weight.grad)
+        assert torch.equal(ids, kept[0]) and torch.equal(w, kept[1])
+    assert calls
+    assert any(planned_scatters), "no scatter was planned into its dead base"

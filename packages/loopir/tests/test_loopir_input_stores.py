@@ -168,3 +168,70 @@ def test_writes_into_a_graph_input_and_into_dead_kernel_outputs_together():
     got = kg(*inputs)
     torch.testing.assert_close(got[1], fn(x, y)[1])
     torch.testing.assert_close(inputs[0], x * 2)
+
+
+# A scatter writing into its dead base (`LowerOptions.scatter_into_dead_bases`).
+
+def _scatter_stores(fn, *args, scatters=True) -> list[tuple[str, str]]:
+    """Lower `fn` with scatters into dead bases, check it against eager (reference evaluator)
+    and return the stores made as (scatter node, base) pairs."""
+    kg = lower(make_fx(fn, decomposition_table=loop_level())(*args), scatter_into_dead_bases=scatters)
+    verify(kg)
+    for got, want in zip(kg(*args), fn(*args)):
+        torch.testing.assert_close(got, want)
+    stores = [pair for k in kg.kernels for pair in k.stored_inputs]
+    scatters_of = {n.name: n.body.base for k in kg.kernels for n in k.nodes if hasattr(n.body, "base")}
+    assert all(scatters_of.get(node) == base for node, base in stores)
+    return stores
+
+
+def _embedding_grad(g, ids):
+    return (torch.ops.aten.embedding_dense_backward(g, ids, 10, -1, False),)
+
+
+def _ids_and_grads():
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(2, 6, 4, generator=gen), torch.randint(0, 10, (2, 6), generator=gen)
+
+
+def test_an_embedding_gradient_scatters_into_its_zero_fill():
+    """The gradient's zeros (a fill kernel's output, read by nothing else) become the scatter's
+    buffer: a fill and the scatter, no copy of the zeros."""
+    g, ids = _ids_and_grads()
+    assert len(_scatter_stores(_embedding_grad, g, ids)) == 1
+    assert _scatter_stores(_embedding_grad, g, ids, scatters=False) == []  # only when asked for
+
+
+def _base_read_later(x, i, v):
+    z = x * 2
+    return (z.index_put((i,), v, accumulate=True) + z,)
+
+
+def _base_returned(x, i, v):
+    z = x * 2
+    return z.index_put((i,), v, accumulate=True), z
+
+
+def _base_is_the_source(x, i, v):
+    z = x * 2
+    return (z.scatter(0, i[:, None].expand(-1, 4), z[:3]),)  # reads the elements it may overwrite
+
+
+def _base_is_an_input(x, i, v):
+    return (x.index_put((i,), v, accumulate=True),)
+
+
+def _scatter_args():
+    return torch.randn(5, 4), torch.tensor([4, 0, 4]), torch.randn(3, 4)
+
+
+@pytest.mark.parametrize("fn", [_base_read_later, _base_returned, _base_is_the_source])
+def test_no_scatter_into_a_base_that_stays_alive_or_is_read_as_its_source(fn):
+    assert _scatter_stores(fn, *_scatter_args()) == []
+
+
+def test_a_scatter_into_a_graph_input_writes_into_its_copy_never_into_the_input():
+    """An input base is copied by a kernel first (`lower_scatter._base_buffer`); the scatter then
+    writes into that copy (dead after it), so the input is copied once, not twice."""
+    stores = _scatter_stores(_base_is_an_input, *_scatter_args())
+    assert len(stores) == 1 and not stores[0][1].startswith("x")

@@ -140,6 +140,7 @@ def _lower(region: fx.GraphModule, plugin: loopir.Codegen, options: KilnOptions,
         welford=plugin.capabilities.welford, input_writes=tuple(region.meta.get(WRITES_KEY, ())),
         private_outputs=tuple(region.meta.get(PRIVATE_KEY, ())),
         reuse_extern_outputs=plugin.capabilities.reuse_extern_outputs,
+        scatter_into_dead_bases=plugin.capabilities.scatter_into_dead_bases,
         join_earlier_kernels=plugin.capabilities.join_earlier_kernels,
         join_sibling_reductions=plugin.capabilities.join_sibling_reductions))
     if check:

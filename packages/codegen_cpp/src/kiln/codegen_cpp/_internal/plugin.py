@@ -45,6 +45,7 @@ CODEGEN = Codegen(
     # a pointwise node after a matmul writes into the matmul's dead output (its cache lines are
     # resident: no write-allocate of a fresh buffer)
     capabilities=Capabilities(dtypes=DTYPES, row_fusion=True, row_temporaries=True, recompute_cheap=True,
-                              recompute_transcendental=False, reuse_extern_outputs=True),
+                              recompute_transcendental=False, reuse_extern_outputs=True,
+                              scatter_into_dead_bases=True),
     errors=(CppCompileError, CppCodegenError), artifacts_key="kiln_cpp", source_suffix=".cpp",
     allocate_output=POOL.allocate)  # the backend's ATen matmul outputs come from the same pool

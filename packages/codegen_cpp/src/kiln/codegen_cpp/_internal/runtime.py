@@ -221,7 +221,8 @@ class CompiledKernel:
         if fill_requested(self.fill):  # not the stored inputs: the kernel reads their old values
             fill_uninitialized(out for pos, out in enumerate(outputs) if pos not in self._stored_outputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
-            outputs[out_pos].copy_(inputs[in_pos])
+            if outputs[out_pos] is not inputs[in_pos]:  # (or is the base: `stored_inputs`)
+                outputs[out_pos].copy_(inputs[in_pos])
         pointers = [t.data_ptr() for t in inputs] + [t.data_ptr() for t in outputs]
         if not self.checks:
             self._function(*pointers, *sizes)
@@ -256,7 +257,8 @@ class CompiledKernel:
         else:  # the common case, without a frame more
             outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype, allocate in allocations])
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
-            outputs[out_pos].copy_(inputs[in_pos])
+            if outputs[out_pos] is not inputs[in_pos]:  # (or is the base: `stored_inputs`)
+                outputs[out_pos].copy_(inputs[in_pos])
         if not self.checks:
             self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
             return outputs

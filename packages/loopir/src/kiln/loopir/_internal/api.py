@@ -76,6 +76,12 @@ class LowerOptions:
         matmul's (or convolution's) output, or an earlier kernel's, it reads where nothing after
         the kernel reads that output (`input_stores.plan_extern_output_reuse`), as Inductor's
         wrapper reuses dead buffers: a SiLU * up after two matmuls writes where it reads.
+    scatter_into_dead_bases: a scatter whose base (the buffer it starts as a copy of) is a
+        matmul's output or an earlier kernel's that nothing after it reads scatters into that
+        memory instead of a copy (`input_stores.plan_extern_output_reuse`): an embedding's
+        gradient is a zero fill and the scatter, without a copy of the zeros between. For
+        codegens whose runtime honours `Kernel.stored_inputs` for scatters (it then skips the
+        base copy: the output is the base).
     join_earlier_kernels: a pointwise value or reduction that cannot join the open kernel may
         join an earlier, closed one that holds or loads its inputs (`schedule._earlier_group`):
         values saved for a backward graph late in the forward graph (a norm's input and
@@ -99,6 +105,7 @@ class LowerOptions:
     input_writes: tuple[tuple[int, int], ...] = ()
     private_outputs: tuple[int, ...] = ()
     reuse_extern_outputs: bool = False
+    scatter_into_dead_bases: bool = False
     join_earlier_kernels: bool = True
     join_sibling_reductions: bool = True
 
@@ -119,8 +126,8 @@ def lower(gm: fx.GraphModule, options: LowerOptions | None = None, **overrides: 
     if options.welford:
         plan = welford_schedule(plan)
     plan, stored = plan_input_stores(lowered, plan, options.input_writes)
-    if options.reuse_extern_outputs:
-        plan = plan_extern_output_reuse(lowered, plan)
+    if options.reuse_extern_outputs or options.scatter_into_dead_bases:
+        plan = plan_extern_output_reuse(lowered, plan, options.reuse_extern_outputs, options.scatter_into_dead_bases)
     kg = build_kernel_graph(gm, lowered, plan, copy_shared_views=not options.output_views)
     return_stored_inputs(kg.gm, stored)
     share_private_outputs(kg.gm, options.private_outputs)

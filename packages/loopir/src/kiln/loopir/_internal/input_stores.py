@@ -32,7 +32,7 @@ import sympy
 import torch.fx as fx
 
 from .graph_runtime import stored_inputs
-from .ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction
+from .ir import BufferSpec, ComputedBuffer, Kernel, Pointwise, Reduction, Scatter
 from .lower import LoweredGraph
 from .schedule import Schedule
 from .sizes import contiguous_strides, numel, same_exprs
@@ -102,10 +102,14 @@ def _writing_kernel(lowered: LoweredGraph, items: list, out_pos: int, target: Bu
 _FRESH_RESULT_OPS = ("mm", "addmm", "bmm", "baddbmm", "convolution")
 
 
-def plan_extern_output_reuse(lowered: LoweredGraph, plan: Schedule) -> Schedule:
-    """`plan` with each pointwise kernel node that may store its value into the memory of a dead
-    result it reads doing so (`Kernel.stored_inputs`; `LowerOptions.reuse_extern_outputs`): an
-    extern's output, or an earlier kernel's.
+def plan_extern_output_reuse(lowered: LoweredGraph, plan: Schedule, pointwise: bool = True,
+                             scatters: bool = False) -> Schedule:
+    """`plan` with each pointwise kernel node (`pointwise`; `LowerOptions.reuse_extern_outputs`)
+    that may store its value into the memory of a dead result it reads doing so
+    (`Kernel.stored_inputs`): an extern's output, or an earlier kernel's. With `scatters`
+    (`LowerOptions.scatter_into_dead_bases`), likewise each scatter whose base is such a dead
+    result: it scatters into the base's memory instead of a copy of it (an embedding's gradient:
+    a zero fill, then the scatter, not a fill, a copy and the scatter).
 
     Safe where: the result is a matmul's or convolution's (a new tensor, no view of anything), or
     an earlier kernel's output stored in memory of its own (not itself written into an input's);
@@ -126,19 +130,30 @@ def plan_extern_output_reuse(lowered: LoweredGraph, plan: Schedule) -> Schedule:
         candidates = [spec for spec in item.inputs if spec.name in fresh and spec.name not in escaping
                       and last_read[spec.name] == position]
         if candidates:
-            items[position] = item = _store_into_dead_results(item, candidates)
+            items[position] = item = _store_into_dead_results(item, candidates, pointwise, scatters)
         fresh.update(_fresh_outputs(item))
     return dataclasses.replace(plan, items=tuple(items))
 
 
-def _store_into_dead_results(item: Kernel, candidates: list[BufferSpec]) -> Kernel:
-    """`item` with each pointwise output node storing into one of `candidates` (dead results it
-    reads) where that is safe (see `plan_extern_output_reuse`)."""
+def _store_into_dead_results(item: Kernel, candidates: list[BufferSpec], pointwise: bool = True,
+                             scatters: bool = False) -> Kernel:
+    """`item` with each pointwise output node (`pointwise`) storing into one of `candidates`
+    (dead results it reads) where that is safe (see `plan_extern_output_reuse`), and each
+    scatter (`scatters`) into its base where that is one of them."""
     taken = {into for _, into in item.stored_inputs}
     storing = {out for out, _ in item.stored_inputs}
     outputs = {o.name for o in item.outputs}
     for node in item.nodes:
-        if type(node.body) is not Pointwise or node.name not in outputs or node.name in storing:
+        if node.name not in outputs or node.name in storing:
+            continue
+        if scatters and isinstance(node.body, Scatter):
+            base = next((spec for spec in candidates if spec.name == node.body.base), None)
+            if base is not None and base.name not in taken and base.dtype == node.spec.dtype \
+                    and _same_layout(node.spec, base) and _reads_only_as_base(item, node, base.name):
+                item = dataclasses.replace(item, stored_inputs=(*item.stored_inputs, (node.name, base.name)))
+                taken.add(base.name)
+            continue
+        if not pointwise or type(node.body) is not Pointwise:
             continue
         target = next((spec for spec in candidates if spec.name not in taken
                        and spec.dtype == node.spec.dtype and _same_layout(node.spec, spec)
@@ -187,6 +202,17 @@ def _reads_only_where_stored(kernel: Kernel, node: ComputedBuffer, name: str) ->
             continue
         stores = [a.index for a in accesses if a.kind == "store" and a.buffer == node.name]
         if len(stores) != 1 or any(sympy.simplify(index - stores[0]) != 0 for index in loads):
+            return False
+    return True
+
+
+def _reads_only_as_base(kernel: Kernel, node: ComputedBuffer, name: str) -> bool:
+    """Whether scatter `node` is the only node of `kernel` reading buffer `name` (its base), and
+    reads it only as the copy its buffer starts as (not as a source of the scattered values:
+    `x.scatter(0, i, x)` reads elements another store may already have changed)."""
+    for other in kernel.nodes:
+        loads = [a for a in kernel.accesses(other).accesses if a.kind == "load" and a.buffer == name]
+        if len(loads) > (1 if other is node else 0):
             return False
     return True
 

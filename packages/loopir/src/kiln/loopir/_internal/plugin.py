@@ -44,6 +44,9 @@ class Capabilities:
         (`LowerOptions.welford`): for targets whose long rows are read from memory once per pass.
     reuse_extern_outputs: a pointwise node may store into a dead matmul or kernel output it reads
         (`LowerOptions.reuse_extern_outputs`): its runtime honours `Kernel.stored_inputs`.
+    scatter_into_dead_bases: a scatter may write into its base's memory where that base is a
+        dead matmul or kernel output (`LowerOptions.scatter_into_dead_bases`): its runtime honours
+        `Kernel.stored_inputs` for scatter outputs and copies no base onto itself.
     join_earlier_kernels: a pointwise value or reduction may join an earlier kernel holding
         its inputs (`LowerOptions.join_earlier_kernels`).
     join_sibling_reductions: with `join_earlier_kernels`, a reduction may also join an earlier
@@ -60,6 +63,7 @@ class Capabilities:
     recompute_transcendental: bool = True
     welford: bool = False
     reuse_extern_outputs: bool = False
+    scatter_into_dead_bases: bool = False
     join_earlier_kernels: bool = True
     join_sibling_reductions: bool = True
 
