@@ -25,31 +25,14 @@ from bench_cpu_rows import inference_rows, training_rows
 from workloads import (
     CountingBackend,
     channels_last_workloads,
+    interleaved_medians,
     max_error,
     model_workloads,
-    synchronize,
     table,
     workloads,
 )
 
 from kiln.integration import backend as kiln_backend
-
-
-def interleaved_medians(fns: list, repeat: int, device: str, warmup: int = 3) -> list[float]:
-    """The median seconds per call of each of `fns`, timed in turns: each round calls every fn
-    once, so a burst of load from elsewhere slows all of them, not one."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    synchronize(device)
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, spent in zip(fns, times):
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            spent.append(time.perf_counter() - start)
-    return [statistics.median(spent) for spent in times]
 
 
 def compile_timed(fn, args, backend) -> tuple:
@@ -70,8 +53,9 @@ def bench_one(name, fn, args, repeat: int, device: str) -> list[str]:
     fresh_cache = tempfile.mkdtemp(prefix="kiln-bench-")
     counting = CountingBackend(functools.partial(kiln_backend, options={"cache_dir": fresh_cache}))
     kiln_fn, kiln_compile = compile_timed(fn, args, counting)
-    eager, inductor, kiln = interleaved_medians(
-        [lambda: fn(*args), lambda: inductor_fn(*args), lambda: kiln_fn(*args)], repeat, device)
+    times = interleaved_medians({"eager": lambda: fn(*args), "inductor": lambda: inductor_fn(*args),
+                                 "kiln": lambda: kiln_fn(*args)}, repeat, device=device)
+    eager, inductor, kiln = times["eager"], times["inductor"], times["kiln"]
     if counting.calls == 0:
         raise RuntimeError(f"{name}: Dynamo never called the kiln backend")
     kiln_out = kiln_fn(*args)

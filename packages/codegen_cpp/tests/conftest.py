@@ -105,3 +105,13 @@ def cpp(tmp_path: pathlib.Path) -> Builder:
 def cpp_parallel(tmp_path: pathlib.Path) -> Builder:
     """parallel_threshold=0: every OpenMP parallel path runs, even on tiny sizes."""
     return Builder(CppOptions(cache_dir=tmp_path / "cache", parallel_threshold=0))
+
+
+@pytest.fixture
+def threads():
+    """Four threads for the test (more than the rows of the scan tests, so the chunked scan is
+    chosen; the parallel scatters share their columns among them), restored after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    yield 4
+    torch.set_num_threads(before)

@@ -27,15 +27,6 @@ CHUNKED_LENGTHS = (2 * MIN_CHUNK, 2 * MIN_CHUNK + 1, 3 * MIN_CHUNK - 1, 3 * MIN_
                    MAX_CHUNKS * MIN_CHUNK + 3)
 
 
-@pytest.fixture
-def threads():
-    """Four threads (more than the rows of these tests, so the chunked scan is chosen)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(4)
-    yield 4
-    torch.set_num_threads(before)
-
-
 def _ties_and_nans(x):
     """Whole numbers (many ties) with NaNs, including NaNs at chunk boundaries."""
     y = torch.where(x.abs() > 2.2, float("nan"), (x * 2).round())

@@ -24,6 +24,7 @@ from .kernel_source import PRELUDE, CppHandler, c_type, storage_type
 from .low_precision import VECTOR_CONVERSIONS
 from .options import LIGHT_OPS, CppOptions, light_parallel_threshold
 from .parallel_scan_source import parallel_scan_lines
+from .parallel_scatter_source import parallel_scatter_lines
 from .printer import cpp_expr
 from .reduction_source import reduction_lines
 from .stream_stores import with_stream_stores
@@ -347,6 +348,7 @@ def kernel_function(kernel: Kernel, options: CppOptions) -> KernelSource:
     if why_scalar:
         lines.append(f"    // scalar loop: {why_scalar}")
     lines += indent(parallel_scan_lines(kernel, options), 1)  # returns when it ran
+    lines += indent(parallel_scatter_lines(kernel, options), 1)  # returns when it ran
     if handler.checks:
         lines.append(f"    int32_t kiln_fail = 0;  // the failed run-time check (1..{len(handler.checks)}), 0: none")
     depth = 1

@@ -1,0 +1,69 @@
+"""Scatters whose columns never share a destination run over columns in parallel
+(`_internal/parallel_scatter_source.py`): each thread walks every source row, in order, over its
+own columns, so the results are the serial loop's (eager's order of accumulation) bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+MARK = "each thread scatters"
+
+
+def _rows(seed: int = 0, rows: int = 300, columns: int = 37, vocab: int = 11):
+    """Source rows, their destination rows (many repeats: sums of many terms, in order), the
+    destination."""
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, columns, generator=gen), torch.randint(0, vocab, (rows,), generator=gen),
+            torch.randn(vocab, columns, generator=gen))
+
+
+def _embedding_grad(g, ids, base):
+    return (base * 0).index_put((ids,), g, accumulate=True)
+
+
+def _rows_of_planes(g, ids, base):  # [rows, 37] read as [rows, 1, 37]: 37 columns still
+    return base[:, None].index_put((ids,), g[:, None] * 3, accumulate=True)
+
+
+def _scatter_add_per_element(g, ids, base):  # each element's own destination row (dim 0)
+    index = (ids[:, None] + (g > 0).long()) % base.shape[0]
+    return base.scatter_add(0, index, g)
+
+
+@pytest.mark.parametrize("fn", [_embedding_grad, _rows_of_planes, _scatter_add_per_element])
+def test_row_scatters_run_over_columns_and_match_eager_bit_for_bit(cpp_parallel, threads, fn):
+    compiled = cpp_parallel.build(fn, *_rows())
+    assert MARK in compiled.source
+    for seed in range(3):
+        args = _rows(seed)
+        assert torch.equal(compiled.module(*args), fn(*args))
+    torch.set_num_threads(1)  # the serial loop: the same values
+    assert torch.equal(compiled.module(*args), fn(*args))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda g, ids, base: g.scatter_add(1, ids[:, None] % g.shape[1], g * 2),
+    lambda g, ids, base: base.flatten().index_put((ids * 3,), g[:, 0], accumulate=True),
+], ids=["along_dim_1", "elements"])
+def test_scatters_whose_columns_may_meet_stay_serial(cpp_parallel, threads, fn):
+    args = _rows()
+    compiled = cpp_parallel.build(fn, *args)
+    assert MARK not in compiled.source
+    assert torch.equal(compiled.module(*args), fn(*args))
+
+
+def test_an_index_out_of_range_raises_on_the_parallel_path(cpp_parallel, threads):
+    g, ids, base = _rows()
+    compiled = cpp_parallel.build(_embedding_grad, g, ids, base)
+    assert MARK in compiled.source
+    ids[7] = 11
+    with pytest.raises(IndexError):
+        compiled.module(g, ids, base)
+
+
+def test_no_parallel_scatter_without_openmp_or_below_the_threshold(cpp):
+    args = _rows()
+    assert MARK not in cpp.with_options(openmp=False).build(_embedding_grad, *args).source
+    assert MARK not in cpp.build(_embedding_grad, *args).source  # 300 x 37 elements: serial
+    assert MARK in cpp.build(_embedding_grad, *_rows(rows=2048, columns=64)).source
