@@ -10,9 +10,9 @@ against Inductor's 72-88%). Split, the same sum becomes
 
 The first stage has `split` times the outputs, each a `chunk`-long reduction (the reduced dims,
 merged in order, are cut into `split` equal chunks: the first dims whole and equal parts of the
-next, `split_digits`, so no element needs a mask); the second is short. Only sum, prod, max and min split (their partials combine with the same
-reduction); partials of bfloat16/float16 values stay float32, as the one-stage reduction's
-accumulator does. Sizes must be static.
+next, `split_digits`, so no element needs a mask); the second is short. Only sum, prod, max and
+min split (their partials combine with the same reduction); partials of bfloat16/float16 values
+stay float32, as the one-stage reduction's accumulator does. Sizes must be static.
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ def split_factor(out_numel: Expr, reduced_sizes: Sequence[Expr], reduces_last_di
     dims a block of `STRIDED_OUTPUTS_PER_PROGRAM` (so it reads whole runs of the contiguous
     dim); a reduction whose programs each reduce fewer than `MIN_PROGRAM_ELEMENTS` is not
     split (its second kernel would cost more than the split saves; scans, whose chunks each
-    cost a pass more, pass their own `program_elements`); the split brings the programs up to `TARGET_PROGRAMS`, keeping chunks of at least
-    `MIN_CHUNK` elements (`strided_chunk` rows over outer dims), with a split that cuts the
-    reduced dims, merged in order, into equal chunks without dividing an element's index."""
+    cost a pass more, pass their own `program_elements`); the split brings the programs up to
+    `TARGET_PROGRAMS`, keeping chunks of at least `MIN_CHUNK` elements (`strided_chunk` rows
+    over outer dims), with a split that cuts the reduced dims, merged in order, into equal
+    chunks without dividing an element's index."""
     sizes = [sympy.sympify(s) for s in (out_numel, *reduced_sizes)]
     if not reduced_sizes or not all(s.is_Integer for s in sizes):
         return 1
