@@ -67,3 +67,16 @@ def test_no_parallel_scatter_without_openmp_or_below_the_threshold(cpp):
     assert MARK not in cpp.with_options(openmp=False).build(_embedding_grad, *args).source
     assert MARK not in cpp.build(_embedding_grad, *args).source  # 300 x 37 elements: serial
     assert MARK in cpp.build(_embedding_grad, *_rows(rows=2048, columns=64)).source
+
+
+def test_the_row_and_column_are_named_so_row_work_leaves_the_column_loop(cpp_parallel):
+    """A deterministic guard of the parallel path's speed: the destination row's index (and its
+    check) reads `kiln_q`, the row, and the destination `kiln_c`, the column, not r0 / C and
+    r0 % C, which GCC cannot prove invariant in the column loop (the column loop then becomes
+    a plain add over contiguous columns: 2.16 -> 1.21 ms for 2048 rows of 512 into 8192, 2
+    threads, session 21)."""
+    source = cpp_parallel.build(_embedding_grad, *_rows()).source
+    start = source.index(MARK)
+    parallel = source[start:source.index("return;", start)]
+    assert "in_ids_1[kiln_q]" in parallel and "+ kiln_c)]" in parallel, parallel
+    assert "r0 / 37" not in parallel and "r0 % 37" not in parallel

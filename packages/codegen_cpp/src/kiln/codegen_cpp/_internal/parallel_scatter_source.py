@@ -21,7 +21,7 @@ import math
 
 import sympy
 
-from kiln.loopir import Kernel, Scatter
+from kiln.loopir import FloorDiv, Kernel, Scatter
 from kiln.loopir.codegen import KernelWalker
 
 from .kernel_source import CppHandler
@@ -80,6 +80,10 @@ def parallel_scatter_lines(kernel: Kernel, options: CppOptions) -> list[str]:
     with walker.row_loop(node) as body:
         walker.run(node)
     checked = bool(walker.handler.checks)
+    # r0 = kiln_q * C + kiln_c with 0 <= kiln_c < C: its row and column by name, so what depends
+    # on the row only (the destination row, its index check) is visibly invariant in the column loop
+    row_of, column_of = cpp_expr(FloorDiv(rvar, count)), cpp_expr(sympy.Mod(rvar, count))
+    body = [line.replace(row_of, "kiln_q").replace(column_of, "kiln_c") for line in body]
     inner = ["for (int64_t kiln_c = kiln_begin; kiln_c < kiln_end; ++kiln_c) {",
              f"    const int64_t {rvar} = kiln_q * {count} + kiln_c;", *indent(body, 1), "}"]
     region = ["const int64_t kiln_t = omp_get_thread_num(), kiln_n = omp_get_num_threads();",
