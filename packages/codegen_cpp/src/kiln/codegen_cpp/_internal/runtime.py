@@ -174,9 +174,12 @@ class CompiledKernel:
         self._output_layouts = SizeFunction(kernel.symbols, [o.size for o in kernel.outputs]
                                             + [o.stride for o in kernel.outputs])
         self._layouts = _InputLayouts(kernel) if check_inputs else None
-        self._scatter_bases = KernelSignature.of(kernel).scatter_bases
         # outputs written into inputs: output position -> that input's position
         self._stored_outputs = dict(KernelSignature.of(kernel).input_stores)
+        # scatter (output, base) copies made before each call: none where the output is the
+        # base itself (a scatter into its dead base, passed as that output: `_new_outputs`)
+        self._scatter_bases = tuple((out, base) for out, base in KernelSignature.of(kernel).scatter_bases
+                                    if self._stored_outputs.get(out) != base)
         # A kernel without size symbols has one layout per output and (checked) one per input:
         # `_static_call` runs it from those alone (with its run-time checks' status and its
         # scatter bases' copies, if it has them).
@@ -221,8 +224,7 @@ class CompiledKernel:
         if fill_requested(self.fill):  # not the stored inputs: the kernel reads their old values
             fill_uninitialized(out for pos, out in enumerate(outputs) if pos not in self._stored_outputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
-            if outputs[out_pos] is not inputs[in_pos]:  # (or is the base: `stored_inputs`)
-                outputs[out_pos].copy_(inputs[in_pos])
+            outputs[out_pos].copy_(inputs[in_pos])
         pointers = [t.data_ptr() for t in inputs] + [t.data_ptr() for t in outputs]
         if not self.checks:
             self._function(*pointers, *sizes)
@@ -257,8 +259,7 @@ class CompiledKernel:
         else:  # the common case, without a frame more
             outputs = tuple([allocate(size, stride, dtype) for size, stride, dtype, allocate in allocations])
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
-            if outputs[out_pos] is not inputs[in_pos]:  # (or is the base: `stored_inputs`)
-                outputs[out_pos].copy_(inputs[in_pos])
+            outputs[out_pos].copy_(inputs[in_pos])
         if not self.checks:
             self._function(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs])
             return outputs

@@ -33,6 +33,14 @@ TABLE = Lowerings()
 SPLIT_SCAN_TYPES = ("sum", "prod", "logaddexp")
 
 
+def _split_count(node: Any, outer: tuple[Expr, ...], length: Expr, dim: int, rank: int) -> int:
+    """Into how many chunks a scan of `length` over `outer` rows splits (`lower_split.split_factor`
+    with 512-element chunks whatever the direction, and no per-program minimum: each chunk of a
+    split scan is a pass of its own)."""
+    return split_factor(numel(outer), (length,), reduces_contiguous_dim(node, (dim,), rank),
+                        strided_chunk=MIN_CHUNK, program_elements=0)
+
+
 def _scan(ctx: Any, node: Any, x: Any, dim: int, scan_type: str) -> Any:
     dtype, size = out_dtype_size(node)
     rank = len(size)
@@ -49,9 +57,8 @@ def _scan(ctx: Any, node: Any, x: Any, dim: int, scan_type: str) -> Any:
         return value if loaded == computed else ops.to_dtype(value, computed)
 
     outer = (*size[:dim], *size[dim + 1:])
-    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank),
-                         strided_chunk=MIN_CHUNK, program_elements=0) \
-        if ctx.split_reductions and scan_type in SPLIT_SCAN_TYPES else 1
+    splits = ctx.split_reductions and scan_type in SPLIT_SCAN_TYPES
+    split = _split_count(node, outer, size[dim], dim, rank) if splits else 1
     if split > 1:
         return _split_scan(ctx, node, inner, size, dim, scan_type, computed, split, dtype)
     body = Scan(outer, (size[dim],), scan_type, inner, computed, scan_dim=dim)
@@ -231,9 +238,7 @@ def lower_cummax(ctx, node, x, dim):
         return value_at(ops, index, rindex), ops.index_expr(rindex[0], torch.int64)
 
     outer = (*size[:dim], *size[dim + 1:])
-    split = split_factor(numel(outer), (size[dim],), reduces_contiguous_dim(node, (dim,), rank),
-                         strided_chunk=MIN_CHUNK, program_elements=0) \
-        if ctx.split_reductions else 1
+    split = _split_count(node, outer, size[dim], dim, rank) if ctx.split_reductions else 1
     if split > 1:
         return _split_cummax(ctx, node, pair, size, dim, largest, computed, split)
     like_values, like_indices = node.meta["val"]
