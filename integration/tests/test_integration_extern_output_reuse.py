@@ -123,35 +123,30 @@ def test_gradients_with_kernels_writing_into_matmul_outputs_match_eager(planned,
 
 
 # A scatter writes into its dead base instead of a copy of it (`scatter_into_dead_bases`, a
-# capability of the C++ codegen; off on the Triton codegen until checked on a GPU).
+# capability of both codegens; the Triton codegen's since session 22, checked on an H200).
 
-def test_the_capability_is_the_cpp_codegens():
+def test_the_capability_is_both_codegens():
     from kiln.codegen_cpp._internal.plugin import CODEGEN as CPP
     from kiln.codegen_triton import CODEGEN as TRITON
 
     assert CPP.capabilities.scatter_into_dead_bases
-    assert not TRITON.capabilities.scatter_into_dead_bases  # until run on a GPU (session 21)
+    assert TRITON.capabilities.scatter_into_dead_bases
 
 
-def test_an_embedding_gradient_scatters_into_its_zero_fill(planned_scatters):
-    """nn.Embedding trained on the C++ codegen (`fallback=False`): the weight's gradient is the
-    zero fill's buffer, scattered into; eager's gradients on three calls (the pool hands the
-    storage out again between calls), the ids and the incoming gradient unchanged."""
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_an_embedding_gradient_scatters_into_its_zero_fill(planned_scatters, codegen):
+    """nn.Embedding trained with `fallback=False`: the weight's gradient is the zero fill's
+    buffer, scattered into; eager's gradients on three calls (a pool or the caching allocator
+    hands the storage out again between calls), the ids and the incoming gradient unchanged."""
     torch.manual_seed(0)
     embedding = torch.nn.Embedding(50, 16)
     reference = torch.nn.Embedding(50, 16)
     reference.load_state_dict(embedding.state_dict())
-    torch._dynamo.reset()
-    calls = []
-
-    def counting(gm, example_inputs):
-        calls.append(1)
-        return backend(gm, example_inputs, options={"fallback": False, "codegen": "cpu"})
-
-    compiled = torch.compile(lambda ids, w: (embedding(ids) * w).sum(), backend=counting)
+    compiled, calls = _compile(lambda ids, w: (embedding(ids) * w).sum(), codegen)
     for seed in range(3):
         gen = torch.Generator().manual_seed(seed)
-        ids, w = torch.randint(0, 50, (4, 9), generator=gen), torch.randn(4, 9, 16, generator=gen)
+        ids = torch.randint(0, 50, (4, 9), generator=gen, device="cpu").to(torch.get_default_device())
+        w = _randn(4, 9, 16, seed=seed)
         kept = ids.clone(), w.clone()
         embedding.zero_grad(set_to_none=True)
         reference.zero_grad(set_to_none=True)

@@ -179,7 +179,8 @@ class TritonKernel:
                 outputs.insert(out_pos, inputs[in_pos])
         outputs = tuple(outputs)
         for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
-            outputs[out_pos].copy_(inputs[in_pos])
+            if outputs[out_pos] is not inputs[in_pos]:  # (or is the base: `input_stores`)
+                outputs[out_pos].copy_(inputs[in_pos])
         if plan.empty:
             return outputs
         status = ()
