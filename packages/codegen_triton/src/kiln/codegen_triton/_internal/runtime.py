@@ -129,6 +129,10 @@ class TritonKernel:
         self._check_inputs = options.check_inputs
         self._scatter_bases = signature.scatter_bases
         self._input_stores = signature.input_stores  # outputs whose storage is an input's (a mutated input)
+        # the (output, base) copies made before each call: none where the output is the base's own
+        # memory (a scatter into its dead base: `input_stores`)
+        stores = {tuple(pair) for pair in self._input_stores}
+        self._base_copies = tuple(tuple(pair) for pair in self._scatter_bases if tuple(pair) not in stores)
         self._serial = signature.serial
         # The one-frame launch of a static kernel (fast_launch.py): None until its static
         # launch went through, False where it cannot apply.
@@ -178,9 +182,8 @@ class TritonKernel:
             for out_pos, in_pos in sorted(self._input_stores):
                 outputs.insert(out_pos, inputs[in_pos])
         outputs = tuple(outputs)
-        for out_pos, in_pos in self._scatter_bases:  # a scatter's buffer starts as a copy of its base
-            if outputs[out_pos] is not inputs[in_pos]:  # (or is the base: `input_stores`)
-                outputs[out_pos].copy_(inputs[in_pos])
+        for out_pos, in_pos in self._base_copies:  # a scatter's buffer starts as a copy of its base
+            outputs[out_pos].copy_(inputs[in_pos])
         if plan.empty:
             return outputs
         status = ()
