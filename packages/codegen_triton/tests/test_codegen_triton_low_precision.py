@@ -93,3 +93,76 @@ def test_pointwise_programs_of_16_bit_kernels_cover_twice_the_points(dtype, tmp_
         (kernel,) = [n.target for n in module.graph.nodes if type(n.target).__name__ == "TritonKernel"]
         assert kernel._pointwise_xblock == expected
         torch.testing.assert_close(module(x), fn(x), atol=1e-2, rtol=1e-2)
+
+
+def _pointwise_kernel(module):
+    (kernel,) = [n.target for n in module.graph.nodes if type(n.target).__name__ == "TritonKernel"]
+    return kernel
+
+
+@pytest.mark.parametrize("registers, expected", [(None, 32), (40, 32), (48, 32), (56, 16), (107, 16)])
+def test_a_16_bit_pointwise_kernel_heavy_on_registers_keeps_xblock(registers, expected, tmp_path, monkeypatch):
+    """The doubled XBLOCK of a 2-byte pointwise kernel stands only where its compiled form needs
+    at most `_WIDE_POINTWISE_MAX_REGISTERS` registers a thread (None: no count, the interpreter's
+    case); a heavier kernel keeps xblock. The values are eager's either way."""
+    from kiln.codegen_triton._internal.runtime import _WIDE_POINTWISE_MAX_REGISTERS, TritonKernel
+
+    assert _WIDE_POINTWISE_MAX_REGISTERS == 48
+    asked = []
+    monkeypatch.setattr(TritonKernel, "_registers", lambda self, plan: asked.append(plan.launch["XBLOCK"]) or registers)
+    x = torch.randn(5, 19).to(torch.bfloat16).to(DEVICE)
+    module = compile(lower(make_fx(gelu)(x)), TritonOptions(cache_dir=tmp_path, xblock=16))
+    torch.testing.assert_close(module(x), gelu(x), atol=1e-2, rtol=1e-2)
+    (plan,) = _pointwise_kernel(module)._plans.values()
+    assert asked == [32] and plan.launch["XBLOCK"] == expected
+    assert plan.grid == (-(-95 // expected),)
+
+
+def test_float32_and_short_pointwise_kernels_compile_nothing_ahead(tmp_path, monkeypatch):
+    """Only a doubled XBLOCK asks for a register count: float32 kernels and 2-byte kernels whose
+    points fit xblock do not compile ahead of their launch."""
+    from kiln.codegen_triton._internal.runtime import TritonKernel
+
+    asked = []
+    monkeypatch.setattr(TritonKernel, "_registers", lambda self, plan: asked.append(plan) or 99)
+    options = TritonOptions(cache_dir=tmp_path, xblock=16)
+    for x in (torch.randn(5, 19).to(DEVICE), torch.randn(2, 8).to(torch.bfloat16).to(DEVICE)):
+        module = compile(lower(make_fx(gelu)(x)), options)
+        module(x)
+    assert asked == []
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="register counts come from a GPU's compiled kernel")
+def test_register_counts_of_compiled_kernels_pick_the_block(tmp_path):
+    """On a GPU: a 16-bit pointwise kernel's register count is read from its compiled form, and its
+    XBLOCK follows the rule (twice xblock at most at the limit)."""
+    from kiln.codegen_triton._internal.runtime import _WIDE_POINTWISE_MAX_REGISTERS
+
+    x = torch.randn(64, 4096, dtype=torch.bfloat16, device=DEVICE)
+    options = TritonOptions(cache_dir=tmp_path)
+    for fn in (gelu, lambda x: torch.sigmoid(x) * x + torch.tanh(x) * 0.5, lambda x: torch.sin(x) + torch.cos(x)):
+        module = compile(lower(make_fx(fn)(x)), options)
+        torch.testing.assert_close(module(x), fn(x), atol=2e-2, rtol=2e-2)
+        kernel = _pointwise_kernel(module)
+        (plan,) = kernel._plans.values()
+        wide = {k: v for k, v in plan.launch.items() if k != "num_warps"} | {"XBLOCK": 2 * options.xblock}
+        registers = kernel._registers(kernel.with_blocks(plan, wide, options.num_warps))
+        assert isinstance(registers, int) and registers > 0
+        expected = 2 * options.xblock if registers <= _WIDE_POINTWISE_MAX_REGISTERS else options.xblock
+        assert plan.launch["XBLOCK"] == expected, (registers, plan.launch)
+
+
+def test_asking_whether_a_kernel_precompiles_compiles_nothing(tmp_path, monkeypatch):
+    """`can_precompile` (asked on the compiling thread, kernel by kernel) takes the heuristic's
+    plan: the register count's compile happens in precompile's threads (`warmup_arguments`)."""
+    from kiln.codegen_triton._internal.runtime import TritonKernel
+
+    asked = []
+    monkeypatch.setattr(TritonKernel, "_registers", lambda self, plan: asked.append(plan) or 99)
+    x = torch.randn(5, 19).to(torch.bfloat16)
+    options = TritonOptions(cache_dir=tmp_path, xblock=16, compile_threads=0)  # compile() precompiles nothing
+    kernel = _pointwise_kernel(compile(lower(make_fx(gelu)(x)), options))
+    kernel._launcher = kernel._launcher or object()  # as on a GPU: a kernel without size symbols precompiles
+    assert kernel.can_precompile() and asked == [] and not kernel._plans
+    args, grid, launch = kernel.warmup_arguments()
+    assert len(asked) == 1 and launch["XBLOCK"] == 16 and grid == (6,)

@@ -67,6 +67,15 @@ class _Plan:
 # input per warp beat 512 B and 2 KiB across softmax, norms, var_mean and sums at rows of 1024
 # to 16384, float32 and bfloat16; strided reductions do best with four times the warps.
 _TILE_BYTES_PER_WARP = 1024
+# A pointwise kernel of 2-byte values takes twice `xblock` (16 values a thread at 4 warps) where
+# its compiled form needs at most this many registers a thread, else `xblock` (8 values a
+# thread): beyond it fewer programs fit an SM, and its math no longer hides the loads. H200,
+# session 22, 2^26 bfloat16 / float16 elements, CUDA graph replays, % of copy at 16 / 8 values
+# a thread (registers at 16): gelu 72.6 / 67.6 (32), erf 79.9 / 74.4 (32), sin 91.9 / 81.8 (29),
+# exp + log1p 82.9 / 74.0 (40), tanh gelu 83.2 / 80.6 (40), sigmoid * tanh 72.1 / 72.2 (40);
+# against: sigmoid(x) * x + tanh(x) / 2 66.7 / 71.6 (56), sigmoid + tanh + exp 58.3 / 61.7 (64),
+# sin + cos 35.3 / 49.5 (107). Light kernels (silu, exp, x * 2 + 1) are at copy speed either way.
+_WIDE_POINTWISE_MAX_REGISTERS = 48
 _LONG_STRIDED_CHUNK = 1024  # rows of a strided reduction's chunk from which 2-byte tiles widen
 # A kernel that holds whole rows (`serialize.rereads_rows`: var_mean's two loops, no row
 # stored): rows up to `float32_contiguous_rblock` elements in one step whatever their dtype, one
@@ -214,16 +223,36 @@ class TritonKernel:
     def can_precompile(self) -> bool:
         """Whether `warmup_arguments` knows this kernel's launch before any call: a GPU kernel
         whose sizes are all known and whose blocks are not timed at the first launch."""
-        return (self._launcher is not None and not self.kernel.symbols and not self.options.autotune
-                and not self._first_plan().empty)
+        if self._launcher is None or self.kernel.symbols or self.options.autotune:
+            return False
+        size_args = self._plan_key(())
+        # (the heuristic's plan, not `_new_plan`: that may compile, which precompile's threads do)
+        return not (self._plans.get(size_args) or self._heuristic_plan(size_args)).empty
 
     def warmup_arguments(self) -> tuple[tuple[Any, ...], tuple[int], dict[str, int]]:
         """(arguments, grid, keywords) for `JITFunction.warmup`: its launch with tensors given
         by their dtypes (see precompile.py)."""
-        plan = self._first_plan()
+        return self._warmup_arguments(self._first_plan())
+
+    def _warmup_arguments(self, plan: _Plan) -> tuple[tuple[Any, ...], tuple[int], dict[str, int]]:
         status = (torch.int32,) if self.checks else ()
         outputs = tuple(dtype for _, _, dtype in plan.out_allocations)
         return (*self._in_dtypes, *outputs, *plan.sizes, *status), plan.grid, plan.launch
+
+    def _registers(self, plan: _Plan) -> int | None:
+        """Registers a thread of `plan`'s compiled kernel uses (it compiles here, into the
+        JITFunction's cache, where its launch finds it); None under the interpreter or where this
+        Triton does not say."""
+        if self._launcher is None:
+            return None
+        args, grid, launch = self._warmup_arguments(plan)
+        try:
+            compiled = self.jit_function.warmup(*args, grid=grid, **launch)
+            compiled._init_handles()  # loads the binary: Triton reads its register count then
+            return int(compiled.n_regs)
+        except Exception as error:  # noqa: BLE001 - the heuristic's plan stands; its launch reports errors
+            log.debug("codegen_triton: no register count for %s (%s)", self.__name__, error)
+            return None
 
     def _first_plan(self) -> _Plan:
         """The plan of a kernel without size symbols (its only one)."""
@@ -278,6 +307,18 @@ class TritonKernel:
         return head + (checks if len(checks) <= room else checks[:room - 3] + "...") + tail
 
     def _new_plan(self, size_args: tuple) -> _Plan:
+        """The plan for these sizes, kept: the heuristic's, a heavy 2-byte pointwise kernel
+        narrowed (`_narrowed_if_heavy`: it compiles the wide form to count its registers)."""
+        plan = self._heuristic_plan(size_args)
+        if (plan.launch.get("XBLOCK", 0) > self.options.xblock
+                and not (self.reduction or self.tile or self._scatter_bases)):
+            plan = self._narrowed_if_heavy(plan)
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        self._plans[size_args] = plan
+        return plan
+
+    def _heuristic_plan(self, size_args: tuple) -> _Plan:
         serial = bool(size_args[-1]) if self._scatter_bases else False
         sizes = tuple(int(s) for s in size_args[:len(self.kernel.symbols)])
         rows = self._layouts(*sizes)
@@ -300,16 +341,24 @@ class TritonKernel:
         if self.index_bounds:
             blocks["INDEX_64"] = max(bounds) >= INT32_LIMIT
         tile_sizes = tuple(rows[-1]) if self.tile else ()
-        plan = self.with_blocks(_Plan(
+        return self.with_blocks(_Plan(
             sizes, xnumel == 0, (0,), (), {}, (),
             tuple(zip(self._in_dtypes, in_rows[:n_in], in_rows[n_in:2 * n_in])),
             tuple((tuple(size), tuple(stride), out.dtype)
                   for size, stride, out in zip(rows[:n_out], rows[n_out:2 * n_out], self.kernel.outputs)),
             xnumel, max(rnumels, default=1), tile_sizes), blocks, self._warps(blocks))
-        if len(self._plans) >= MAX_PLANS:
-            self._plans.clear()
-        self._plans[size_args] = plan
-        return plan
+
+    def _narrowed_if_heavy(self, plan: _Plan) -> _Plan:
+        """A 2-byte pointwise plan at twice `xblock`, or at `xblock` where that kernel needs more
+        than `_WIDE_POINTWISE_MAX_REGISTERS` registers a thread (its math then bounds it)."""
+        registers = self._registers(plan)
+        if registers is None or registers <= _WIDE_POINTWISE_MAX_REGISTERS:
+            return plan
+        blocks = {name: value for name, value in plan.launch.items() if name != "num_warps"}
+        narrow = {**blocks, "XBLOCK": _block(plan.xnumel, self.options.xblock)}
+        log.debug("codegen_triton: %s uses %d registers a thread at XBLOCK %d: XBLOCK %d", self.__name__,
+                  registers, blocks["XBLOCK"], narrow["XBLOCK"])
+        return self.with_blocks(plan, narrow, self._warps(narrow))
 
     def with_blocks(self, plan: _Plan, blocks: dict[str, int], num_warps: int, tuned: bool = False) -> _Plan:
         """`plan` launched with these constexpr blocks (in signature order) and warps."""
