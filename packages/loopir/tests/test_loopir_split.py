@@ -71,6 +71,29 @@ def test_split_factor():
     assert split_factor(64, (1 << 16,), reduces_last_dim=True) == 16
 
 
+def test_split_programs_by_element_size():
+    """Over outer dims, 4-byte (or wider) values aim at WIDE_STRIDED_TARGET_PROGRAMS: a float32
+    layer norm's weight gradient over [32, 512] rows of 768 in 128 chunks (3072 programs of 32
+    columns), its bfloat16 sums and unknown sizes at TARGET_PROGRAMS (32 chunks); reductions over
+    the last dim keep TARGET_PROGRAMS whatever the size."""
+    assert split_factor(768, (32, 512), reduces_last_dim=False, item_bytes=4) == 128
+    assert split_factor(768, (32, 512), reduces_last_dim=False, item_bytes=8) == 128
+    assert split_factor(768, (32, 512), reduces_last_dim=False, item_bytes=2) == 32
+    assert split_factor(768, (32, 512), reduces_last_dim=False) == 32
+    assert split_factor(3072, (4096,), reduces_last_dim=False, item_bytes=4) == 32
+    assert split_factor(3072, (4096,), reduces_last_dim=False, item_bytes=2) == 8
+    assert split_factor(768, (4096,), reduces_last_dim=False, item_bytes=4) == 32  # 128-row chunks either way
+    assert split_factor(1, (1 << 26,), reduces_last_dim=True, item_bytes=4) == 1024
+
+
+@pytest.mark.parametrize("dtype, chunks", [(torch.float32, 128), (torch.bfloat16, 32)])
+def test_a_lowered_column_sum_splits_by_its_element_size(dtype, chunks):
+    x = torch.randn(16384, 1024).to(dtype)
+    partials, total = (n.body for n in _reductions(_lowered(lambda x: x.sum(0), x, split=True)))
+    assert tuple(partials.ranges) == (chunks, 1024) and tuple(partials.reduction_ranges) == (16384 // chunks,)
+    assert tuple(total.ranges) == (1024,) and tuple(total.reduction_ranges) == (chunks,)
+
+
 def test_split_digits():
     assert split_digits([8, 512], 32) == (1, 4)  # dim 0 whole, dim 1 in 4 parts
     assert split_digits([8, 512], 8) == (0, 8)
@@ -103,8 +126,9 @@ def test_channels_last_statistics_split_as_reductions_over_outer_dims():
     x = torch.randn(64, 64, 56, 56).contiguous(memory_format=torch.channels_last)
     kg = _lowered(lambda t: t.sum((0, 2, 3)), x, split=True)
     partial = next(n for n in _reductions(kg) if len(n.spec.size) > 1)
-    # split 512 ways: the whole N dim times 8 parts of H (chunks of 7 x 56 rows of channels)
-    assert partial.spec.size[0] == 512
+    # float32: split 896 ways (WIDE_STRIDED_TARGET_PROGRAMS): the whole N dim times 14 parts of H
+    # (chunks of 4 x 56 rows of channels)
+    assert partial.spec.size[0] == 896
     torch.testing.assert_close(kg(x), x.sum((0, 2, 3)), rtol=1e-4, atol=1e-2)
     contiguous = _lowered(lambda t: t.sum((0, 2, 3)), x.contiguous(), split=True)
     assert next(n for n in _reductions(contiguous) if len(n.spec.size) > 1).spec.size[0] == 16

@@ -62,8 +62,8 @@ def reduce(ctx, node, value, dims, keepdim: bool, reduction_type: str, out: Any 
         position = flat_index(rindex, contiguous_strides(reduced_sizes))
         return loaded, ops.index_expr(position, torch.int64)
 
-    split = split_factor(numel(to_exprs(out.shape)), reduced_sizes, reduces_contiguous_dim(node, reduced, len(in_size))) \
-        if ctx.split_reductions and reduction_type in SPLIT_TYPES else 1
+    split = split_factor(numel(to_exprs(out.shape)), reduced_sizes, reduces_contiguous_dim(node, reduced, len(in_size)),
+                         item_bytes=value.dtype.itemsize) if ctx.split_reductions and reduction_type in SPLIT_TYPES else 1
     if split > 1:
         return split_reduction(ctx, node.name, inner, to_exprs(out.shape), reduced_sizes, reduction_type, dtype,
                                split, store_dtype or out.dtype, out)

@@ -40,11 +40,19 @@ MIN_PROGRAM_ELEMENTS = 1 << 16
 # 384 programs, 95.9 -> 34.7 us for its weight and bias gradients' partial sums)
 MIN_STRIDED_CHUNK = 128
 TARGET_PROGRAMS = 1024  # about 8 programs per SM of an H100 / H200
+# A split over outer dims of 4-byte (or wider) values aims at four times as many: the strided
+# partial kernels of a layer norm's weight gradients (8 warps a program) filled 0.73 of an H200's
+# program slots with 768 programs and 0.97 with 3072: (32, 512, 768) 69.6 -> 58.7 us, (4096,
+# 3072) 67.6 -> 57.2 (Inductor 56.4 / 57.2), float32 sums over dim 0 the same or 1-3% faster.
+# bfloat16 sums over long columns lost with it ((65536, 1024) 44.2 -> 53.9 us, (16384, 3072)
+# 34.9 -> 41.6), so 2-byte values keep TARGET_PROGRAMS (H200, session 22, `.devtmp/tp22.py`).
+WIDE_STRIDED_TARGET_PROGRAMS = 4096
 STRIDED_OUTPUTS_PER_PROGRAM = 32  # a reduction over outer dims gives each program a block of outputs
 
 
 def split_factor(out_numel: Expr, reduced_sizes: Sequence[Expr], reduces_last_dim: bool,
-                 strided_chunk: int = MIN_STRIDED_CHUNK, program_elements: int | None = None) -> int:
+                 strided_chunk: int = MIN_STRIDED_CHUNK, program_elements: int | None = None,
+                 item_bytes: int = 0) -> int:
     """Into how many chunks to cut the reduced dims (1: no split; see `split_digits`).
 
     A reduction over the last dim gives each program about one output, a reduction over outer
@@ -52,7 +60,8 @@ def split_factor(out_numel: Expr, reduced_sizes: Sequence[Expr], reduces_last_di
     dim); a reduction whose programs each reduce fewer than `MIN_PROGRAM_ELEMENTS` is not
     split (its second kernel would cost more than the split saves; scans, whose chunks each
     cost a pass more, pass their own `program_elements`); the split brings the programs up to
-    `TARGET_PROGRAMS`, keeping chunks of at least `MIN_CHUNK` elements (`strided_chunk` rows
+    `TARGET_PROGRAMS` (`WIDE_STRIDED_TARGET_PROGRAMS` over outer dims of values of `item_bytes`
+    >= 4; 0: not known, scans), keeping chunks of at least `MIN_CHUNK` elements (`strided_chunk` rows
     over outer dims), with a split that cuts the reduced dims, merged in order, into equal
     chunks without dividing an element's index."""
     sizes = [sympy.sympify(s) for s in (out_numel, *reduced_sizes)]
@@ -66,7 +75,8 @@ def split_factor(out_numel: Expr, reduced_sizes: Sequence[Expr], reduces_last_di
     if rnumel * per_program < (MIN_PROGRAM_ELEMENTS if program_elements is None else program_elements):
         return 1
     programs = -(-outputs // per_program)
-    most = min(-(-TARGET_PROGRAMS // programs), rnumel // (MIN_CHUNK if reduces_last_dim else strided_chunk))
+    target = WIDE_STRIDED_TARGET_PROGRAMS if not reduces_last_dim and item_bytes >= 4 else TARGET_PROGRAMS
+    most = min(-(-target // programs), rnumel // (MIN_CHUNK if reduces_last_dim else strided_chunk))
     return next((s for s in range(most, 1, -1) if split_digits(dims, s) is not None), 1)
 
 
