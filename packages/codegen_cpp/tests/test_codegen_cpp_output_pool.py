@@ -40,6 +40,22 @@ def test_a_freed_output_is_reused_and_a_live_one_never_is():
     assert fourth.data_ptr() == address and pool.reused == 1 and pool.added == 3
 
 
+def test_the_free_storage_handed_out_last_is_reused_first():
+    """Of several free storages of one size, the one handed out last (the likeliest still in
+    cache) goes first; then the one before it."""
+    pool = _pool()
+    outputs = [pool.allocate((ROWS, COLS), (COLS, 1), torch.float32) for _ in range(3)]
+    addresses = [out.data_ptr() for out in outputs]
+    del outputs
+    again = pool.allocate((ROWS, COLS), (COLS, 1), torch.float32)
+    assert again.data_ptr() == addresses[2]
+    second = pool.allocate((ROWS, COLS), (COLS, 1), torch.float32)
+    assert second.data_ptr() == addresses[1]  # `again` (the last) is alive
+    del second
+    assert pool.allocate((ROWS, COLS), (COLS, 1), torch.float32).data_ptr() == addresses[1]
+    assert pool.reused == 3 and pool.added == 3
+
+
 def test_outputs_keep_eager_layout_and_are_no_views():
     pool = _pool()
     for size, stride, dtype in [((ROWS, COLS), (1, ROWS), torch.float32), ((4, 64, 32, 32), (65536, 1, 2048, 64),
