@@ -1,13 +1,15 @@
-"""Scatters whose columns never share a destination run over columns in parallel
-(`_internal/parallel_scatter_source.py`): each thread walks every source row, in order, over its
-own columns, so the results are the serial loop's (eager's order of accumulation) bit for bit."""
+"""Scatters whose columns never share a destination run over columns in parallel, scatters whose
+source rows each write a block of their own over rows (`_internal/parallel_scatter_source.py`):
+each thread walks every source row, in order, over its own columns, or its own rows, each in
+order, so the results are the serial loop's (eager's order of accumulation) bit for bit."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-MARK = "each thread scatters"
+MARK = "its own columns of every row"
+ROW_MARK = "each thread scatters whole rows"
 
 
 def _rows(seed: int = 0, rows: int = 300, columns: int = 37, vocab: int = 11):
@@ -43,14 +45,49 @@ def test_row_scatters_run_over_columns_and_match_eager_bit_for_bit(cpp_parallel,
 
 
 @pytest.mark.parametrize("fn", [
-    lambda g, ids, base: g.scatter_add(1, ids[:, None] % g.shape[1], g * 2),
     lambda g, ids, base: base.flatten().index_put((ids * 3,), g[:, 0], accumulate=True),
-], ids=["along_dim_1", "elements"])
-def test_scatters_whose_columns_may_meet_stay_serial(cpp_parallel, threads, fn):
+    lambda g, ids, base: base.index_put((ids, ids % base.shape[1]), g[:, 0], accumulate=True),
+], ids=["elements", "two_indices"])
+def test_scatters_whose_rows_and_columns_may_meet_stay_serial(cpp_parallel, threads, fn):
     args = _rows()
     compiled = cpp_parallel.build(fn, *args)
-    assert MARK not in compiled.source
+    assert MARK not in compiled.source and ROW_MARK not in compiled.source
     assert torch.equal(compiled.module(*args), fn(*args))
+
+
+def _within_rows(seed: int = 0, rows: int = 300, width: int = 37, picks: int = 50):
+    """A source of `rows` x `picks`, indices into rows of `width` (many repeats), the destination."""
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, picks, generator=gen), torch.randint(0, width, (rows, picks), generator=gen),
+            torch.randn(rows, width, generator=gen))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda src, index, base: base.scatter_add(1, index, src),
+    lambda src, index, base: base.scatter_reduce(1, index, src * 3, "amax"),
+    lambda src, index, base: torch.ops.aten.index_put(base, [None, index[0]], src, True),  # base[:, index] += src
+    lambda src, index, base: base.scatter_add(1, index[:, :1], src[:, :1]),  # rows of one element
+    lambda src, index, base: base[:, :, None].expand(-1, -1, 4).contiguous().scatter_add(
+        1, index[:, :, None].expand(-1, -1, 4), src[:, :, None].expand(-1, -1, 4) * 3),  # r0 % 4 in the block
+], ids=["scatter_add_dim_1", "scatter_reduce_amax", "index_put_trailing", "one_element_rows", "inner_dim_kept"])
+def test_scatters_within_rows_run_over_rows_and_match_eager_bit_for_bit(cpp_parallel, threads, fn):
+    compiled = cpp_parallel.build(fn, *_within_rows())
+    assert ROW_MARK in compiled.source and MARK not in compiled.source
+    for seed in range(3):
+        args = _within_rows(seed)
+        assert torch.equal(compiled.module(*args), fn(*args))
+    torch.set_num_threads(1)  # the serial loop: the same values
+    assert torch.equal(compiled.module(*args), fn(*args))
+
+
+def test_an_index_out_of_range_raises_on_the_row_parallel_path(cpp_parallel, threads):
+    src, index, base = _within_rows()
+    fn = lambda src, index, base: base.scatter_add(1, index, src)  # noqa: E731
+    compiled = cpp_parallel.build(fn, src, index, base)
+    assert ROW_MARK in compiled.source
+    index[250, 7] = 37
+    with pytest.raises(IndexError):
+        compiled.module(src, index, base)
 
 
 def test_an_index_out_of_range_raises_on_the_parallel_path(cpp_parallel, threads):

@@ -1,4 +1,5 @@
-"""A parallel version of a scatter whose columns never share a destination.
+"""Parallel versions of scatters: over columns that never share a destination, or over rows
+that each write a block of their own.
 
 A `Scatter` kernel is one serial loop over the source elements, in order (scatter_source.py), so
 sums are eager's bit for bit. Most large scatters write whole rows: an embedding's gradient adds
@@ -11,7 +12,15 @@ every row, in order, over its own columns: each destination receives the same va
 same order as in the serial loop, results are the serial loop's bit for bit whatever the thread
 count, and each thread writes a contiguous run of each destination row.
 
-The function runs this version first where the sizes and thread count call for it (at least
+A scatter along an inner dim (`x.scatter_add(1, index, src)`, `x[rows, index] += v`) is the
+other common case: source row q (its elements r0 = q * J + j) writes only into destination block
+q, elements ``G * q + rest`` with ``0 <= rest < G`` (rest made of the range-checked indices and
+`r0 % m` terms, each at most its bound minus one). Blocks of different rows never meet, and each
+destination is reached from one row only, in order: the rows are shared out among threads, each
+walking its rows' elements in order, with the same bit-for-bit guarantee. Where both apply, rows
+go first (whole blocks a thread, where a few columns a thread would share cache lines).
+
+The function runs such a version first where the sizes and thread count call for it (at least
 `parallel_threshold` elements, more than one thread) and returns; else the serial loop runs.
 """
 
@@ -21,7 +30,7 @@ import math
 
 import sympy
 
-from kiln.loopir import FloorDiv, Kernel, Scatter
+from kiln.loopir import FloorDiv, Kernel, Scatter, indirect_var
 from kiln.loopir.codegen import KernelWalker
 
 from .kernel_source import CppHandler
@@ -30,9 +39,9 @@ from .printer import cpp_expr
 from .vector_loops import indent
 
 
-def column_count(kernel: Kernel) -> int | None:
-    """C where `kernel` is a single scatter whose destination index is ``r0 % C`` plus terms
-    that are all multiples of some G >= C (see the module docstring); None otherwise."""
+def _store_terms(kernel: Kernel) -> tuple[sympy.Symbol, list[sympy.Expr]] | None:
+    """(r0, the terms of the destination index) of a kernel that is one scatter over one source
+    range storing once; None for any other kernel."""
     if len(kernel.nodes) != 1 or kernel.ranges or kernel.row_temporaries:
         return None
     (node,) = kernel.nodes
@@ -42,7 +51,65 @@ def column_count(kernel: Kernel) -> int | None:
     stores = [a.index for a in kernel.accesses(node).accesses if a.kind == "store" and a.buffer == node.name]
     if len(stores) != 1:
         return None
-    terms = sympy.Add.make_args(sympy.expand(stores[0]))
+    return rvar, list(sympy.Add.make_args(sympy.expand(stores[0])))
+
+
+class _IndirectSizes:
+    """Runs a node's body to keep each indirect index's size (``ind0``, ``ind1``, ... numbered
+    as `Kernel.accesses` numbers them); every other op does nothing."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[sympy.Symbol, sympy.Expr] = {}
+
+    def indirect_indexing(self, value: object, size: object) -> sympy.Symbol:
+        var = indirect_var(len(self.sizes))
+        self.sizes[var] = sympy.sympify(size)
+        return var
+
+    def __getattr__(self, name: str) -> object:
+        return lambda *args, **kwargs: None
+
+
+def row_block(kernel: Kernel) -> tuple[int, int] | None:
+    """(J, G) where `kernel` is a single scatter whose destination index is ``G * (r0 // J)``
+    plus terms that stay in [0, G): positive multiples of range-checked indices (at most their
+    size - 1) and of ``r0 % m`` (at most m - 1) (see the module docstring); None otherwise."""
+    found = _store_terms(kernel)
+    if found is None:
+        return None
+    rvar, terms = found
+    (node,) = kernel.nodes
+    length = sympy.sympify(node.reduction_ranges[0])
+    sizes = _IndirectSizes()
+    node.run(sizes, *kernel.placement(node))
+    block, most = None, 0
+    for term in terms:
+        coefficient, factor = term.as_coeff_Mul()
+        if not coefficient.is_Integer or coefficient <= 0:
+            return None
+        if factor == rvar or (isinstance(factor, FloorDiv) and factor.args[0] == rvar and factor.args[1].is_Integer):
+            if block is not None:
+                return None
+            block = (1 if factor == rvar else int(factor.args[1]), int(coefficient))
+        elif factor in sizes.sizes and sizes.sizes[factor].is_Integer:
+            most += int(coefficient) * (int(sizes.sizes[factor]) - 1)
+        elif isinstance(factor, sympy.Mod) and factor.args[0] == rvar and factor.args[1].is_Integer:
+            most += int(coefficient) * (int(factor.args[1]) - 1)
+        else:
+            return None
+    if block is None or most >= block[1] or sympy.simplify(sympy.Mod(length, block[0])) != 0:
+        return None
+    return block
+
+
+def column_count(kernel: Kernel) -> int | None:
+    """C where `kernel` is a single scatter whose destination index is ``r0 % C`` plus terms
+    that are all multiples of some G >= C (see the module docstring); None otherwise."""
+    found = _store_terms(kernel)
+    if found is None:
+        return None
+    rvar, terms = found
+    (node,) = kernel.nodes
     columns = [t for t in terms if isinstance(t, sympy.Mod) and t.args[0] == rvar and t.args[1].is_Integer]
     if len(columns) != 1 or int(columns[0].args[1]) < 2:
         return None
@@ -63,13 +130,14 @@ def column_count(kernel: Kernel) -> int | None:
 
 
 def parallel_scatter_lines(kernel: Kernel, options: CppOptions) -> list[str]:
-    """The column-parallel scatter for `kernel`, at the top of its function: a block that runs
-    it and returns when the run-time sizes and thread count call for it. [] when the kernel is
-    no such scatter, or its sizes never call for it."""
+    """The row- or column-parallel scatter for `kernel`, at the top of its function: a block that
+    runs it and returns when the run-time sizes and thread count call for it. [] when the kernel
+    is no such scatter, or its sizes never call for it."""
     if not options.openmp:
         return []
-    count = column_count(kernel)
-    if count is None:
+    block = row_block(kernel)
+    count = column_count(kernel) if block is None else None
+    if block is None and count is None:
         return []
     (node,) = kernel.nodes
     length = sympy.sympify(node.reduction_ranges[0])
@@ -79,21 +147,13 @@ def parallel_scatter_lines(kernel: Kernel, options: CppOptions) -> list[str]:
     (rvar,) = kernel.placement(node)[1]
     with walker.row_loop(node) as body:
         walker.run(node)
+    if block is not None:
+        head, region = _row_region(rvar, body, *block)
+    else:
+        head, region = _column_region(rvar, body, count)
+    lines = ["{", *indent(head, 1), f"    const int64_t kiln_rows = ({cpp_expr(length)}) / {block[0] if block else count};",
+             f"    if (kiln_scan_threads() > 1 && ({cpp_expr(length)}) >= {options.parallel_threshold}) {{"]
     checked = bool(walker.handler.checks)
-    # r0 = kiln_q * C + kiln_c with 0 <= kiln_c < C: its row and column by name, so what depends
-    # on the row only (the destination row, its index check) is visibly invariant in the column loop
-    row_of, column_of = cpp_expr(FloorDiv(rvar, count)), cpp_expr(sympy.Mod(rvar, count))
-    body = [line.replace(row_of, "kiln_q").replace(column_of, "kiln_c") for line in body]
-    inner = ["for (int64_t kiln_c = kiln_begin; kiln_c < kiln_end; ++kiln_c) {",
-             f"    const int64_t {rvar} = kiln_q * {count} + kiln_c;", *indent(body, 1), "}"]
-    region = ["const int64_t kiln_t = omp_get_thread_num(), kiln_n = omp_get_num_threads();",
-              f"const int64_t kiln_begin = {count} * kiln_t / kiln_n, kiln_end = {count} * (kiln_t + 1) / kiln_n;",
-              "for (int64_t kiln_q = 0; kiln_q < kiln_rows; ++kiln_q) {", *indent(inner, 1), "}"]
-    lines = ["{",
-             f"    // rows of {count} columns, no two columns sharing a destination: each thread scatters",
-             "    // its own columns of every row, in row order (the serial loop's sums, bit for bit)",
-             f"    const int64_t kiln_rows = ({cpp_expr(length)}) / {count};",
-             f"    if (kiln_scan_threads() > 1 && kiln_rows * {count} >= {options.parallel_threshold}) {{"]
     if checked:
         lines += ["        int32_t kiln_fail = 0;  // the failed run-time check, 0: none",
                   "        #pragma omp parallel reduction(max:kiln_fail)"]
@@ -103,3 +163,34 @@ def parallel_scatter_lines(kernel: Kernel, options: CppOptions) -> list[str]:
     if checked:
         lines += ["        if (kiln_fail != 0) *kiln_status = kiln_fail;"]
     return lines + ["        return;", "    }", "}"]
+
+
+def _row_region(rvar: sympy.Symbol, body: list[str], per_row: int, block: int) -> tuple[list[str], list[str]]:
+    """(comment, the parallel region's lines) of the row version: rows of `per_row` source
+    elements, row q writing into destination elements [block * q, block * (q + 1))."""
+    row_of = cpp_expr(FloorDiv(rvar, per_row)) if per_row > 1 else None
+    body = [line.replace(row_of, "kiln_q") for line in body] if row_of else body
+    head = [f"// rows of {per_row} source elements, row q writing only destination elements {block} * q + [0, {block}):",
+            "// each thread scatters whole rows, each in order (the serial loop's sums, bit for bit)"]
+    inner = [f"for (int64_t kiln_j = 0; kiln_j < {per_row}; ++kiln_j) {{",
+             f"    const int64_t {rvar} = kiln_q * {per_row} + kiln_j;", *indent(body, 1), "}"]
+    region = ["const int64_t kiln_t = omp_get_thread_num(), kiln_n = omp_get_num_threads();",
+              "const int64_t kiln_first = kiln_rows * kiln_t / kiln_n, kiln_last = kiln_rows * (kiln_t + 1) / kiln_n;",
+              "for (int64_t kiln_q = kiln_first; kiln_q < kiln_last; ++kiln_q) {", *indent(inner, 1), "}"]
+    return head, region
+
+
+def _column_region(rvar: sympy.Symbol, body: list[str], count: int) -> tuple[list[str], list[str]]:
+    """(comment, the parallel region's lines) of the column version (module docstring)."""
+    # r0 = kiln_q * C + kiln_c with 0 <= kiln_c < C: its row and column by name, so what depends
+    # on the row only (the destination row, its index check) is visibly invariant in the column loop
+    row_of, column_of = cpp_expr(FloorDiv(rvar, count)), cpp_expr(sympy.Mod(rvar, count))
+    body = [line.replace(row_of, "kiln_q").replace(column_of, "kiln_c") for line in body]
+    head = [f"// rows of {count} columns, no two columns sharing a destination: each thread scatters",
+            "// its own columns of every row, in row order (the serial loop's sums, bit for bit)"]
+    inner = ["for (int64_t kiln_c = kiln_begin; kiln_c < kiln_end; ++kiln_c) {",
+             f"    const int64_t {rvar} = kiln_q * {count} + kiln_c;", *indent(body, 1), "}"]
+    region = ["const int64_t kiln_t = omp_get_thread_num(), kiln_n = omp_get_num_threads();",
+              f"const int64_t kiln_begin = {count} * kiln_t / kiln_n, kiln_end = {count} * (kiln_t + 1) / kiln_n;",
+              "for (int64_t kiln_q = 0; kiln_q < kiln_rows; ++kiln_q) {", *indent(inner, 1), "}"]
+    return head, region
