@@ -117,3 +117,27 @@ def test_the_row_and_column_are_named_so_row_work_leaves_the_column_loop(cpp_par
     parallel = source[start:source.index("return;", start)]
     assert "in_ids_1[kiln_q]" in parallel and "+ kiln_c)]" in parallel, parallel
     assert "r0 / 37" not in parallel and "r0 % 37" not in parallel
+
+
+@pytest.mark.parametrize("shape, dim", [((6, 40, 5), 1), ((6, 5, 40), 2), ((3, 4, 40, 2), 2), ((3, 4, 5, 40), 3),
+                                        ((40, 6, 5), 0), ((3, 40, 4, 2), 1)])
+def test_scatter_add_along_any_dim_is_eager_bit_for_bit(cpp_parallel, threads, shape, dim):
+    """scatter_add along each dim of 3-d and 4-d tensors (sources half as long along `dim`, many
+    repeated indices): whichever loop the kernel takes (rows, columns or serial), eager's values
+    bit for bit, with 4 threads and with 1."""
+    def fn(src, index, base):
+        return base.scatter_add(dim, index, src)
+
+    def args(seed):
+        gen = torch.Generator().manual_seed(seed)
+        small = list(shape)
+        small[dim] //= 2
+        return (torch.randn(*small, generator=gen), torch.randint(0, 7, small, generator=gen),
+                torch.randn(*shape, generator=gen))
+
+    compiled = cpp_parallel.build(fn, *args(0))
+    assert (ROW_MARK in compiled.source) == (dim > 0)  # dim 0 has no row of its own
+    for seed in range(3):
+        assert torch.equal(compiled.module(*args(seed)), fn(*args(seed)))
+    torch.set_num_threads(1)
+    assert torch.equal(compiled.module(*args(0)), fn(*args(0)))

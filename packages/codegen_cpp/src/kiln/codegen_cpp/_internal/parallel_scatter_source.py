@@ -73,7 +73,7 @@ class _IndirectSizes:
 def row_block(kernel: Kernel) -> tuple[int, int] | None:
     """(J, G) where `kernel` is a single scatter whose destination index is ``G * (r0 // J)``
     plus terms that stay in [0, G): positive multiples of range-checked indices (at most their
-    size - 1) and of ``r0 % m`` (at most m - 1) (see the module docstring); None otherwise."""
+    size - 1) and of ``f(r0) % m`` (at most m - 1) (see the module docstring); None otherwise."""
     found = _store_terms(kernel)
     if found is None:
         return None
@@ -93,7 +93,8 @@ def row_block(kernel: Kernel) -> tuple[int, int] | None:
             block = (1 if factor == rvar else int(factor.args[1]), int(coefficient))
         elif factor in sizes.sizes and sizes.sizes[factor].is_Integer:
             most += int(coefficient) * (int(sizes.sizes[factor]) - 1)
-        elif isinstance(factor, sympy.Mod) and factor.args[0] == rvar and factor.args[1].is_Integer:
+        elif (isinstance(factor, sympy.Mod) and factor.args[1].is_Integer
+              and factor.args[0].free_symbols <= {rvar}):  # of r0 (>= 0): in [0, m)
             most += int(coefficient) * (int(factor.args[1]) - 1)
         else:
             return None
