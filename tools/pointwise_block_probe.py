@@ -44,13 +44,25 @@ OPS = {
 }
 
 
-def _new_registers(before: set[int]) -> list[int]:
-    """Registers a thread of each Triton kernel compiled since `before` (ids of JITFunctions)."""
+def _jit_functions() -> list:
+    """Every live JITFunction (gc's objects include dead weak proxies: skipped)."""
     from triton.runtime.jit import JITFunction
 
     found = []
-    for function in gc.get_objects():
-        if isinstance(function, JITFunction) and id(function) not in before:
+    for item in gc.get_objects():
+        try:
+            if isinstance(item, JITFunction):
+                found.append(item)
+        except ReferenceError:
+            continue
+    return found
+
+
+def _new_registers(before: set[int]) -> list[int]:
+    """Registers a thread of each Triton kernel compiled since `before` (ids of JITFunctions)."""
+    found = []
+    for function in _jit_functions():
+        if id(function) not in before:
             for cache in getattr(function, "device_caches", {}).values():
                 for compiled in cache[0].values():
                     compiled._init_handles()
@@ -59,9 +71,7 @@ def _new_registers(before: set[int]) -> list[int]:
 
 
 def _jit_ids() -> set[int]:
-    from triton.runtime.jit import JITFunction
-
-    return {id(o) for o in gc.get_objects() if isinstance(o, JITFunction)}
+    return {id(function) for function in _jit_functions()}
 
 
 def main() -> None:
