@@ -216,3 +216,25 @@ def test_backward_graphs_that_scatter_match_eager(name, codegen, caplog, backwar
         _gradients(fn, codegen, *inputs)
     backward = backward_counts(caplog.text)
     assert backward and all(kernels >= 1 and fallbacks == 0 for kernels, fallbacks in backward), caplog.text
+
+
+def test_a_gathers_backward_along_dim_1_runs_over_rows_on_the_cpu_bit_for_bit(tmp_path):
+    """The backward of `x.gather(1, i)` is a scatter_add along dim 1 into zeros: on the C++ codegen
+    each source row writes a row of its own, so its rows run in parallel, each in order
+    (`parallel_scatter_source.row_block`); the gradient is eager's bit for bit."""
+    if X.is_cuda:
+        pytest.skip("the C++ codegen's CPU kernels: CPU tensors only")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = _x((1024, 400), seed=5).requires_grad_()
+        index = _index(400, (1024, 300), seed=6)  # 307200 source elements: parallel under either wait policy
+        fn = lambda x, i: (x.gather(1, i) ** 2).sum()  # noqa: E731
+        torch._dynamo.reset()
+        (got,) = torch.autograd.grad(_compiled(fn, "cpu", debug_dir=str(tmp_path))(x, index), [x])
+        (expected,) = torch.autograd.grad(fn(x, index), [x])
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(got, expected)
+    sources = "".join(p.read_text() for p in tmp_path.rglob("*kernels.cpp"))
+    assert "each thread scatters whole rows" in sources

@@ -141,3 +141,12 @@ def test_scatter_add_along_any_dim_is_eager_bit_for_bit(cpp_parallel, threads, s
         assert torch.equal(compiled.module(*args(seed)), fn(*args(seed)))
     torch.set_num_threads(1)
     assert torch.equal(compiled.module(*args(0)), fn(*args(0)))
+
+
+def test_the_row_parallel_scatter_names_its_row(cpp_parallel):
+    """A deterministic guard of the row path: the destination block reads `kiln_q`, the row each
+    thread owns, not r0 / J recomputed for every element."""
+    source = cpp_parallel.build(lambda src, index, base: base.scatter_add(1, index, src), *_within_rows()).source
+    start = source.index(ROW_MARK)
+    parallel = source[start:source.index("return;", start)]
+    assert "(37 * kiln_q)" in parallel and "(r0 / 50)" not in parallel
