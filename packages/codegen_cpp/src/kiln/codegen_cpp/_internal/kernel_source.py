@@ -237,7 +237,7 @@ class CppHandler(TextHandler):
         self.scan_state: ScanState | None = None  # the scan's state, once its body ran
         self.unsafe_indirect: dict[sympy.Symbol, str] = {}  # index into a maybe-empty dim -> its outside flag
         self.row_offset = _row_offset(kernel)  # a row temporary's place in its scratch row
-        self._indirect_count = 0
+        self.indirect_sizes: dict[sympy.Symbol, sympy.Expr] = {}  # each run-time index -> its dim's size
         self.buffer_dtypes = {b.name: b.dtype for b in kernel.inputs}
         self.buffer_dtypes.update({n.name: n.spec.dtype for n in kernel.nodes})
         # a value rounded to bfloat16/float16 -> (the value it rounds, that dtype)
@@ -344,8 +344,8 @@ class CppHandler(TextHandler):
     def indirect_indexing(self, value: str, size: sympy.Expr) -> sympy.Symbol:
         """An index computed at run time, negative values wrapped as torch does. One unsigned
         compare checks it against [0, size); an index outside is reported and replaced by 0."""
-        symbol = indirect_var(self._indirect_count)
-        self._indirect_count += 1
+        symbol = indirect_var(len(self.indirect_sizes))
+        self.indirect_sizes[symbol] = sympy.sympify(size)
         code = self.add_check(IndexError, "an index is out of bounds for a dimension of size {size} "
                                           "(after wrapping negative indices)", size)
         bound = cpp_expr(size)

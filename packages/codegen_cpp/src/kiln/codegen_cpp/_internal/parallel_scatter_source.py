@@ -30,7 +30,7 @@ import math
 
 import sympy
 
-from kiln.loopir import FloorDiv, Kernel, Scatter, indirect_var
+from kiln.loopir import FloorDiv, Kernel, Scatter
 from kiln.loopir.codegen import KernelWalker
 
 from .kernel_source import CppHandler
@@ -54,34 +54,20 @@ def _store_terms(kernel: Kernel) -> tuple[sympy.Symbol, list[sympy.Expr]] | None
     return rvar, list(sympy.Add.make_args(sympy.expand(stores[0])))
 
 
-class _IndirectSizes:
-    """Runs a node's body to keep each indirect index's size (``ind0``, ``ind1``, ... numbered
-    as `Kernel.accesses` numbers them); every other op does nothing."""
-
-    def __init__(self) -> None:
-        self.sizes: dict[sympy.Symbol, sympy.Expr] = {}
-
-    def indirect_indexing(self, value: object, size: object) -> sympy.Symbol:
-        var = indirect_var(len(self.sizes))
-        self.sizes[var] = sympy.sympify(size)
-        return var
-
-    def __getattr__(self, name: str) -> object:
-        return lambda *args, **kwargs: None
+def _whole_rows(kernel: Kernel, per_row: int) -> bool:
+    """Whether the scatter's source length is a whole number of rows of `per_row` elements."""
+    return sympy.simplify(sympy.Mod(sympy.sympify(kernel.nodes[0].reduction_ranges[0]), per_row)) == 0
 
 
-def row_block(kernel: Kernel) -> tuple[int, int] | None:
+def row_block(kernel: Kernel, indirect_sizes: dict[sympy.Symbol, sympy.Expr]) -> tuple[int, int] | None:
     """(J, G) where `kernel` is a single scatter whose destination index is ``G * (r0 // J)``
     plus terms that stay in [0, G): positive multiples of range-checked indices (at most their
-    size - 1) and of ``f(r0) % m`` (at most m - 1) (see the module docstring); None otherwise."""
+    size - 1, `indirect_sizes`: the walking handler's) and of ``f(r0) % m`` (at most m - 1) (see
+    the module docstring); None otherwise."""
     found = _store_terms(kernel)
     if found is None:
         return None
     rvar, terms = found
-    (node,) = kernel.nodes
-    length = sympy.sympify(node.reduction_ranges[0])
-    sizes = _IndirectSizes()
-    node.run(sizes, *kernel.placement(node))
     block, most = None, 0
     for term in terms:
         coefficient, factor = term.as_coeff_Mul()
@@ -91,14 +77,14 @@ def row_block(kernel: Kernel) -> tuple[int, int] | None:
             if block is not None:
                 return None
             block = (1 if factor == rvar else int(factor.args[1]), int(coefficient))
-        elif factor in sizes.sizes and sizes.sizes[factor].is_Integer:
-            most += int(coefficient) * (int(sizes.sizes[factor]) - 1)
+        elif factor in indirect_sizes and indirect_sizes[factor].is_Integer:
+            most += int(coefficient) * (int(indirect_sizes[factor]) - 1)
         elif (isinstance(factor, sympy.Mod) and factor.args[1].is_Integer
               and factor.args[0].free_symbols <= {rvar}):  # of r0 (>= 0): in [0, m)
             most += int(coefficient) * (int(factor.args[1]) - 1)
         else:
             return None
-    if block is None or most >= block[1] or sympy.simplify(sympy.Mod(length, block[0])) != 0:
+    if block is None or most >= block[1] or not _whole_rows(kernel, block[0]):
         return None
     return block
 
@@ -110,7 +96,6 @@ def column_count(kernel: Kernel) -> int | None:
     if found is None:
         return None
     rvar, terms = found
-    (node,) = kernel.nodes
     columns = [t for t in terms if isinstance(t, sympy.Mod) and t.args[0] == rvar and t.args[1].is_Integer]
     if len(columns) != 1 or int(columns[0].args[1]) < 2:
         return None
@@ -125,20 +110,14 @@ def column_count(kernel: Kernel) -> int | None:
         step = math.gcd(step, abs(int(coefficient)))
     if step and step < count:
         return None
-    if sympy.simplify(sympy.Mod(sympy.sympify(node.reduction_ranges[0]), count)) != 0:
-        return None  # a last, partial row
-    return count
+    return count if _whole_rows(kernel, count) else None  # (not with a last, partial row)
 
 
 def parallel_scatter_lines(kernel: Kernel, options: CppOptions) -> list[str]:
     """The row- or column-parallel scatter for `kernel`, at the top of its function: a block that
     runs it and returns when the run-time sizes and thread count call for it. [] when the kernel
     is no such scatter, or its sizes never call for it."""
-    if not options.openmp:
-        return []
-    block = row_block(kernel)
-    count = column_count(kernel) if block is None else None
-    if block is None and count is None:
+    if not options.openmp or _store_terms(kernel) is None:
         return []
     (node,) = kernel.nodes
     length = sympy.sympify(node.reduction_ranges[0])
@@ -148,6 +127,10 @@ def parallel_scatter_lines(kernel: Kernel, options: CppOptions) -> list[str]:
     (rvar,) = kernel.placement(node)[1]
     with walker.row_loop(node) as body:
         walker.run(node)
+    block = row_block(kernel, walker.handler.indirect_sizes)
+    count = column_count(kernel) if block is None else None
+    if block is None and count is None:
+        return []
     if block is not None:
         head, region = _row_region(rvar, body, *block)
     else:
@@ -175,8 +158,7 @@ def _row_region(rvar: sympy.Symbol, body: list[str], per_row: int, block: int) -
             "// each thread scatters whole rows, each in order (the serial loop's sums, bit for bit)"]
     inner = [f"for (int64_t kiln_j = 0; kiln_j < {per_row}; ++kiln_j) {{",
              f"    const int64_t {rvar} = kiln_q * {per_row} + kiln_j;", *indent(body, 1), "}"]
-    region = ["const int64_t kiln_t = omp_get_thread_num(), kiln_n = omp_get_num_threads();",
-              "const int64_t kiln_first = kiln_rows * kiln_t / kiln_n, kiln_last = kiln_rows * (kiln_t + 1) / kiln_n;",
+    region = [*_thread_share("kiln_rows", "kiln_first", "kiln_last"),
               "for (int64_t kiln_q = kiln_first; kiln_q < kiln_last; ++kiln_q) {", *indent(inner, 1), "}"]
     return head, region
 
@@ -191,7 +173,12 @@ def _column_region(rvar: sympy.Symbol, body: list[str], count: int) -> tuple[lis
             "// its own columns of every row, in row order (the serial loop's sums, bit for bit)"]
     inner = ["for (int64_t kiln_c = kiln_begin; kiln_c < kiln_end; ++kiln_c) {",
              f"    const int64_t {rvar} = kiln_q * {count} + kiln_c;", *indent(body, 1), "}"]
-    region = ["const int64_t kiln_t = omp_get_thread_num(), kiln_n = omp_get_num_threads();",
-              f"const int64_t kiln_begin = {count} * kiln_t / kiln_n, kiln_end = {count} * (kiln_t + 1) / kiln_n;",
+    region = [*_thread_share(str(count), "kiln_begin", "kiln_end"),
               "for (int64_t kiln_q = 0; kiln_q < kiln_rows; ++kiln_q) {", *indent(inner, 1), "}"]
     return head, region
+
+
+def _thread_share(total: str, first: str, last: str) -> list[str]:
+    """C++ declaring [first, last): this OpenMP thread's equal share of `total` items."""
+    return ["const int64_t kiln_t = omp_get_thread_num(), kiln_n = omp_get_num_threads();",
+            f"const int64_t {first} = {total} * kiln_t / kiln_n, {last} = {total} * (kiln_t + 1) / kiln_n;"]
