@@ -6,6 +6,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.codegen_triton import TritonOptions, compile, verify
+from kiln.codegen_triton._internal.kernel_source import shared_reduction_loops
 from kiln.loopir import Reduction, lower
 from kiln.loopir._internal import lower_split
 
@@ -82,7 +83,9 @@ def test_fused_reductions_and_pointwise_share_one_kernel(options):
     assert len(kernel_graph.kernels) == 1
     source = module.meta["kiln_triton"].source
     assert source.count("@triton.jit") == 1
-    assert source.count("for roffset in range(") == 3
+    # the three sums are independent: one loop over the row, which loads x and y once each
+    assert source.count("for roffset in range(") == 1
+    assert source.count("tl.load(in_x") == 1 and source.count("tl.load(in_y") == 1
     assert source.count("tl.store(") == 1
 
 
@@ -325,6 +328,52 @@ def test_rows_read_once_are_evict_first(tmp_path):
     for name, fn, args in [("softmax", _softmax, (x,)), ("norm", _norm, (x, w)), ("pointwise", lambda x: x * 2 + 1, (x,))]:
         lines = _load_lines(fn, args, tmp_path / name)
         assert lines and not any("eviction" in line for line in lines), name
+
+
+def _layer_norm_weight_grads(g, x, mean, rstd):
+    return (g * (x - mean) * rstd).sum((0, 1)), g.sum((0, 1))
+
+
+def test_independent_reductions_share_one_loop(tmp_path, monkeypatch):
+    """A layer norm backward's weight and bias gradients, split over rows: the partials' kernel
+    reduces `g * xhat` and `g` in one loop that loads g once, so that load (and x's) streams
+    (`evict_first`); the per-row statistics, which every column block's programs read, carry
+    no hint. Values as eager's (loopir's split threshold lowered)."""
+    monkeypatch.setattr(lower_split, "MIN_ELEMENTS", 1)
+    g, x = torch.randn(8, 512, 24), torch.randn(8, 512, 24)
+    mean, rstd = torch.randn(8, 512, 1), torch.rand(8, 512, 1) + 0.5
+    args = (g, x, mean, rstd)
+    kernel_graph = lower(make_fx(_layer_norm_weight_grads)(*args), split_reductions=True)
+    assert len(kernel_graph.kernels) == 2, str(kernel_graph)
+    partials = kernel_graph.kernels[0]
+    assert [n.name for n in partials.nodes] == [n.name for n in next(iter(shared_reduction_loops(partials).values()))]
+    module = compile(kernel_graph, TritonOptions(cache_dir=tmp_path))
+    source = module.meta["kiln_triton"].source
+    kernel0 = source[source.index("def kernel0"):source.index("def kernel1")]
+    assert kernel0.count("for roffset in range(") == 1
+    loads = {line.split("tl.load(")[1].split(" ")[0]: line for line in kernel0.splitlines() if "tl.load(" in line}
+    assert set(loads) == {"in_g_1", "in_x_1", "in_mean_1", "in_rstd_1"}
+    assert all(loads[name].endswith("eviction_policy='evict_first')") for name in ("in_g_1", "in_x_1"))
+    assert not any("eviction" in loads[name] for name in ("in_mean_1", "in_rstd_1"))
+    for got, want in zip(module(*args), _layer_norm_weight_grads(*args)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_reduction_of_an_earlier_result_keeps_its_own_loop(options):
+    """Joined loops stop at dependences: `b` reads `a`'s mean (a later loop), `c` is
+    independent of both (it joins `a`'s loop), `d` reads `c` through a pointwise node."""
+    def fn(x, y):
+        a = x.mean(-1, keepdim=True)
+        b = ((x - a) ** 2).sum(-1)
+        c = (y * 2).amax(-1, keepdim=True)
+        d = (y - c).exp().sum(-1)
+        return b, d, c.squeeze(-1) + a.squeeze(-1)
+
+    module, kernel_graph = check(fn, (torch.randn(5, 37), torch.randn(5, 37)), options)
+    (kernel,) = kernel_graph.kernels
+    groups = [len(nodes) for nodes in shared_reduction_loops(kernel).values()]
+    assert sorted(groups) == [1, 1, 2], groups
+    assert module.meta["kiln_triton"].source.count("for roffset in range(") == 3
 
 
 def _logsumexp(x):

@@ -150,8 +150,11 @@ class TritonHandler(TextHandler):
         self.numels = {n.name: sympy.Mul(*n.spec.size) for n in kernel.nodes}
         self.pending_reduction: PendingReduction | None = None
         # How many statements a later node of a shared reduction loop found after the loop (see
-        # `reduction`): its body's values all come from the loop's first node, so it adds none.
+        # `reduction`): what it emits beyond them belongs in the loop's body.
         self.shared_loop_mark = 0
+        # The CSE cache at the end of the current reduction loop's body: what a later node of a
+        # shared loop may reuse (not the values computed after the loop).
+        self.loop_cache: dict[str, str] = {}
         self.scan_init: list[str] = []  # a scan's running value, declared before its loop
         # Masks of the loop being emitted (kernel_source sets them): what an indirect index, a
         # value of that loop, is masked by where it is used.
@@ -237,17 +240,22 @@ class TritonHandler(TextHandler):
             # mask; broadcast it to the mask's shape
             mask = self.var(mask) if len(masks) > 1 else mask
             pointer = f"{pointer} + tl.zeros({mask}.shape, tl.int32)"
-        return self.var(f"tl.load({pointer}, {mask}{self._eviction(name, masks)})")
+        return self.var(f"tl.load({pointer}, {mask}{self._eviction(name, masks, index)})")
 
-    def _eviction(self, name: str, masks: list[str]) -> str:
+    def _eviction(self, name: str, masks: list[str], index: sympy.Expr) -> str:
         """A load of a row's elements in a loop over rows of a reduction kernel is marked with
         `EVICTION_MARK`: `kernel_source.resolve_eviction` makes it `evict_first` where it is the
         kernel's only read of that buffer (the row streams through L2 once) and drops the mark
         where a loop reads the buffer again. Measured on an H200 (`tools/bench_gpu_rows.py
         --graphs`, BENCHMARKS.md session 13): sums over rows and columns read 3-13% faster with
         evict_first; `evict_last` on the reads a later loop repeats (Inductor's rule) made
-        softmax and long-row var_mean 5-20% slower, so those loads carry no hint."""
+        softmax and long-row var_mean 5-20% slower, so those loads carry no hint. Nor do loads
+        whose index misses an outer variable (a split column sum's per-row statistics, read by
+        the programs of every column block): other programs read the same elements."""
         if not self.eviction_hints or "rmask" not in masks or "xmask" not in masks:
+            return ""
+        outer = {var for var, size in zip(index_vars(len(self.kernel.ranges)), self.kernel.ranges) if size != 1}
+        if outer - sympy.sympify(index).free_symbols:
             return ""
         return EVICTION_MARK.format(name=name)
 
@@ -313,20 +321,21 @@ class TritonHandler(TextHandler):
 
     def reduction(self, name: str, reduction_type: str, dtype: torch.dtype, value: Any) -> Any:
         """Ends the loop body: what was emitted so far runs once per RBLOCK chunk. A later node of
-        a shared loop (`kernel_source.shared_reduction_loops`: the same values reduced at the
-        same place) adds its accumulator's update to the body an earlier node closed."""
+        a shared loop (`kernel_source.shared_reduction_loops`) adds what it emitted since the
+        loop closed (`shared_loop_mark`), then its accumulator's update, to that loop's body;
+        values it shares with earlier nodes of the loop are the loop's own (`loop_cache`)."""
         shared = self.loop_body is not None
         if shared:
-            if len(self.lines) != self.shared_loop_mark:
-                raise TritonCodegenError(f"{self._where()}: shares a reduction loop but its values were not "
-                                         "all computed by the loop's first node")
-            after, self.lines = self.lines, self.loop_body
+            after = self.lines[:self.shared_loop_mark]
+            self.loop_body.extend(self.lines[self.shared_loop_mark:])
+            self.lines = self.loop_body
         if reduction_type in ("argmax", "argmin"):
             init, fold = self._arg_reduction(name, reduction_type, dtype, *value)
         elif reduction_type == "welford":
             init, fold = self._welford(name, dtype, value)
         else:
             init, fold = self._accumulate(name, reduction_type, dtype, value)
+        self.loop_cache = dict(self.cache)
         if shared:
             self.lines = after
             pending = self.pending_reduction
