@@ -119,8 +119,9 @@ def main() -> None:
     parser.add_argument("--inference", action="store_true", help="a bfloat16 forward under no_grad")
     parser.add_argument("--backends", nargs="+", default=["eager", "inductor", "kiln"])
     parser.add_argument("--rows", type=int, default=30)
+    parser.add_argument("--no-tf32", action="store_true", help="float32 matmuls in full precision (torch's default)")
     args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = not args.no_tf32
     for name in args.backends:
         torch._dynamo.reset()
         run(name, args)

@@ -157,3 +157,23 @@ def test_compiled_training_with_fully_masked_rows_keeps_eager_gradients():
         lowered = " ".join(name for report in reports for name in report.lowered_nodes)
         assert "_scaled_dot_product_efficient_attention_backward" in lowered, lowered
         assert "bmm" not in lowered, lowered
+
+
+def test_float32_masks_stay_strided_where_float32_matmuls_may_use_tf32():
+    """With TF32 allowed the math fallback's matmuls run on tensor cores and the fused kernels'
+    float32 forms do not: float32 attention keeps its strided mask (tracing picks the fallback);
+    16-bit attention is made dense as before."""
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        for dtype, changed in ((torch.float32, 0), (torch.bfloat16, 1)):
+            q, k, v, rows = _inputs("cpu", dtype)
+            for additive in (False, True):
+                gm, _ = _dynamo_graph(strided_mask_attention, q, k, v, rows)
+                assert densify_attention_masks(gm, devices=("cpu",), additive=additive) == changed, dtype
+        torch.backends.cuda.matmul.allow_tf32 = False
+        q, k, v, rows = _inputs("cpu")
+        gm, _ = _dynamo_graph(strided_mask_attention, q, k, v, rows)
+        assert densify_attention_masks(gm, devices=("cpu",)) == 1
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved

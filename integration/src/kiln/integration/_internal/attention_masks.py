@@ -26,6 +26,13 @@ finite value the row's probabilities are uniform instead, its output is zeroed b
 (dS = P * (dP - rowsum(dO * O)) = 0): every value and gradient is the math fallback's up to
 rounding. Partially masked rows are unchanged: exp(lowest - max) is exactly 0. On an H200 the
 AMP BERT step ran its attention as float32 SIMT matmuls without this (18.0 ms, Inductor 13.6).
+
+float32 attention is left as it is where float32 matmuls may use TF32 (`torch.backends.cuda.
+matmul.allow_tf32`, set by `torch.set_float32_matmul_precision("high")`): the fused kernels'
+float32 forms use no tensor cores, while the math fallback's batched matmuls run on TF32 ones.
+On an H200 (BERT 6L d768 8x512, fp32 training step, `tools/profile_training.py`) the dense mask
+sent attention to the memory-efficient kernels: 61 ms a step against Inductor's 44 (BENCHMARKS.md
+session 23).
 """
 
 from __future__ import annotations
@@ -53,6 +60,12 @@ def _mask_argument(node: fx.Node) -> tuple[str | int, fx.Node] | None:
 def _unreadable(mask: torch.Tensor) -> bool:
     """A boolean mask the fused kernels refuse for its layout alone: its last dim is not contiguous."""
     return mask.dtype == torch.bool and mask.dim() > 0 and mask.shape[-1] > 1 and mask.stride(-1) != 1
+
+
+def _math_is_faster(result: torch.Tensor) -> bool:
+    """float32 attention where float32 matmuls may use TF32: the math fallback runs on tensor
+    cores, the fused kernels' float32 forms do not (see the module docstring)."""
+    return result.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
 
 
 def _fake(value: torch.Tensor, compute):
@@ -88,7 +101,7 @@ def densify_attention_masks(gm: fx.GraphModule, devices: Sequence[str] = ("cuda"
         where, mask = found
         value, result = mask.meta.get("example_value"), node.meta.get("example_value")
         if (not isinstance(value, torch.Tensor) or not isinstance(result, torch.Tensor)
-                or value.device.type not in devices or not _unreadable(value)):
+                or value.device.type not in devices or not _unreadable(value) or _math_is_faster(result)):
             continue
         with graph.inserting_before(node):
             if additive:

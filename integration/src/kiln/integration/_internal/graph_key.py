@@ -198,7 +198,7 @@ def _options_text(options: KilnOptions, codegen: codegens.Selected) -> str:
         raise Uncacheable("a custom lowering table (options.lowerings)")
     # graph passes switched by the environment or torch's flags change what is generated too
     passes = (f"fold_conv_batch_norm={conv_batch_norm.ENABLED and conv_batch_norm._fused_conv() is not None} "
-              f"dense_attention_masks={attention_masks.ENABLED}")
+              f"dense_attention_masks={attention_masks.ENABLED} tf32={torch.backends.cuda.matmul.allow_tf32}")
     return f"{_fields_text(options)} codegen={codegen.codegen.name} {_fields_text(codegen.options)} {passes}"
 
 
