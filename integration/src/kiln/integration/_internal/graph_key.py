@@ -37,7 +37,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 import kiln
 
-from . import attention_masks, codegens, conv_batch_norm
+from . import attention_masks, codegens, conv_batch_norm, padded_linears
 from .options import KilnOptions
 
 # Options that do not change the generated code (where caches and dumps go, the cache's own knobs).
@@ -198,7 +198,8 @@ def _options_text(options: KilnOptions, codegen: codegens.Selected) -> str:
         raise Uncacheable("a custom lowering table (options.lowerings)")
     # graph passes switched by the environment or torch's flags change what is generated too
     passes = (f"fold_conv_batch_norm={conv_batch_norm.ENABLED and conv_batch_norm._fused_conv() is not None} "
-              f"dense_attention_masks={attention_masks.ENABLED} tf32={torch.backends.cuda.matmul.allow_tf32}")
+              f"dense_attention_masks={attention_masks.ENABLED} tf32={torch.backends.cuda.matmul.allow_tf32} "
+              f"pad_linears={padded_linears.ENABLED}")
     return f"{_fields_text(options)} codegen={codegen.codegen.name} {_fields_text(codegen.options)} {passes}"
 
 

@@ -38,6 +38,7 @@ from .lookup import Lookup
 from .options import KilnOptions
 from .output_aliases import view_mutated_inputs
 from .output_layouts import keep_output_layouts
+from .padded_linears import pad_linear_outputs
 from .pooled_matmuls import pool_matmul_outputs
 from .private_outputs import mark_private_outputs
 from .progress import Stages
@@ -71,6 +72,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Ki
     training = is_training(example_inputs)
     # before tracing picks an attention kernel (attention_masks.py); training: additive masks
     densify_attention_masks(gm, additive=training)
+    pad_linear_outputs(gm)  # before tracing: the backward gets the padded gradient (padded_linears.py)
     guards = len(shape_guards(example_inputs))
     if training:
         forward: dict[str, Any] = {}  # the forward's module and report, for the cache entry
