@@ -50,13 +50,18 @@ def test_a_planted_wrong_result_is_reported(fuzz, monkeypatch):
 
 
 def test_a_mismatch_closer_to_the_float64_result_than_eager_is_not_wrong(fuzz):
-    """fuzz seed 26000249: sqrt(|gelu(x)|) at x = -3.92, where float32 eager's gelu is 0.4% off
-    and kiln's is nearer the float64 value: judged against the program run in float64."""
+    """fuzz seed 26000249: sqrt(|gelu(x)|), where float32 eager's gelu at x = -3.92 was 0.4% off on
+    an AVX-512 host (its vectorized erf) and kiln's nearer the float64 value: judged against the
+    program run in float64. Eager's error depends on the host's ISA (an AVX2 host's gelu is
+    accurate there), so eager's output is made 0.4% off at that element here."""
     program = fuzz.Program(26000249, [((4, 3, 7, 5), "float32")],
                            ["v1 = torch.nn.functional.gelu(x0)", "v2 = torch.sqrt(v1.abs())"], ["v2"])
     exact = fuzz._float64_outputs(program)[0]
-    eager = program.function()(*program.make_inputs())[0]
     nearer = exact.float()
+    x = program.make_inputs()[0]
+    eager = nearer.clone()
+    at = int((x + 3.92).abs().argmin())
+    eager.view(-1)[at] *= 1.004
     assert fuzz._compare([nearer], [eager], False) is not None  # beyond float32 tolerance of eager
     assert fuzz._compare([nearer], [eager], False, [exact]) is None
     farther = eager + (eager - exact.float()) * 3  # as far again on the other side: wrong
