@@ -36,6 +36,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from .attention_masks import _fake
+
 _LINEAR = torch._C._nn.linear
 # Off unless KILN_PAD_LINEARS=1: measured on an H200 but not yet checked on one for values (see below).
 ENABLED = os.environ.get("KILN_PAD_LINEARS", "0") == "1"
@@ -62,15 +64,6 @@ def _pads(weight: torch.Tensor, bias: torch.Tensor | None, device_types: Sequenc
     if bias is not None and (bias.dim() != 1 or bias.dtype != weight.dtype):
         return 0
     return padded_outputs(outputs) - outputs
-
-
-def _fake(value: torch.Tensor, compute):
-    """`compute()` in the fake mode `value` belongs to (Dynamo's example values are fake)."""
-    mode = getattr(value, "fake_mode", None)
-    if mode is None:
-        return compute()
-    with mode:
-        return compute()
 
 
 def _padded_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, pad: int) -> tuple:
