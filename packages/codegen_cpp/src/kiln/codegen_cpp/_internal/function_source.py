@@ -26,7 +26,8 @@ from .options import LIGHT_OPS, CppOptions, light_parallel_threshold
 from .parallel_scan_source import parallel_scan_lines
 from .parallel_scatter_source import parallel_scatter_lines
 from .printer import cpp_expr
-from .reduction_source import reduction_lines
+from .reduction_source import PendingReduction, join_reductions, reduction_lines
+from .shared_loops import shared_reduction_loops
 from .stream_stores import with_stream_stores
 from .vector_blocks import blocked_vector_loop
 from .vector_hoist import hoist_lane_values
@@ -110,9 +111,8 @@ def _row_lines(walker: KernelWalker, node: ComputedBuffer, options: CppOptions) 
     return [_node_comment(node, False) + where] + _loop_nest(rvars, kernel.row_ranges, body, pragma, vector)
 
 
-def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: CppOptions,
-                parallel_reduction: bool) -> list[str]:
-    """Statements computing one node inside the outer loop nest."""
+def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: CppOptions) -> list[str]:
+    """Statements computing one node (not a reduction) inside the outer loop nest."""
     handler = walker.handler
     vector = isinstance(handler, CppVectorHandler)
     if kind == "row":
@@ -120,39 +120,62 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str, options: 
     comment = _node_comment(node, node.name not in handler.outputs)
     if kind == "scan":
         return [comment] + _scan_lines(walker, node)
-    lanes_outside = vector and (_pointwise_only(walker.kernel) or handler.across_outputs)
-    if kind == "pointwise":
-        if vector:  # vector code only where the kernel's innermost loop is the vector loop
-            handler.lane_var = handler.lane_loop if lanes_outside else None
-        with walker.pointwise(node) as body:
-            walker.run(node)
-        return [comment] + body
-    rvars = walker.kernel.placement(node)[1]
-    if lanes_outside:  # each lane reduces for its own output: scalar reduction loops around vector code
-        handler.lane_var = handler.lane_loop
-        with walker.reduction(node) as parts:
-            walker.run(node)
-        return [comment] + reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options,
-                                           False) + parts.after
-    split = vector and parallel_reduction and options.openmp
-    if vector:
-        if not rvars:
-            raise NotVectorizable("a reduction over no dim (a 0-d input)")
-        handler.lane_var = rvars[-1]
-    with walker.reduction(node) as parts:
+    if vector:  # vector code only where the kernel's innermost loop is the vector loop
+        handler.lane_var = handler.lane_loop if _pointwise_only(walker.kernel) or handler.across_outputs else None
+    with walker.pointwise(node) as body:
         walker.run(node)
-    if split:
-        red = handler.pending_reduction
-        if not red.combine:
-            raise NotVectorizable(f"a {red.reduction_type} reduction split across threads")
-        return [comment] + split_reduction_lines(red, parts.after, rvars, node.reduction_ranges, options)
+    return [comment] + body
+
+
+def _shared_loop(walker: KernelWalker, nodes: Sequence[ComputedBuffer], lane_var: sympy.Symbol | None
+                 ) -> tuple[list[PendingReduction], list[list[str]]]:
+    """Each node's reduction, its loop body after the ones before it (a later node sees the
+    values of the loop body, not what follows the loop), and what follows the loop for each
+    (its fold and store). `lane_var`: the vector handler's lanes in the loop."""
+    handler = walker.handler
+    reductions, afters = [], []
+    for position, node in enumerate(nodes):
+        if lane_var is not None:
+            handler.lane_var = lane_var
+        with walker.reduction(node) as parts:
+            if position:
+                handler.cache = dict(handler.loop_cache)
+            walker.run(node)
+        reductions.append(handler.pending_reduction)
+        afters.append(parts.after)
+    return reductions, afters
+
+
+def _reduction_lines(walker: KernelWalker, nodes: Sequence[ComputedBuffer], options: CppOptions,
+                     parallel_reduction: bool) -> list[str]:
+    """One loop over the reduction ranges of `nodes` (one node, or several sharing the loop:
+    `shared_loops.py`), then each node's fold and store."""
+    handler = walker.handler
+    vector = isinstance(handler, CppVectorHandler)
+    comments = [_node_comment(node, node.name not in handler.outputs) for node in nodes]
+    if len(nodes) > 1:
+        comments.append(f"// one loop for the {len(nodes)} reductions above")
+    rvars, ranges = walker.kernel.placement(nodes[0])[1], nodes[0].reduction_ranges
+    if vector and handler.across_outputs:  # each lane reduces for its own output: scalar loops around vector code
+        reductions, afters = _shared_loop(walker, nodes, handler.lane_loop)
+        return comments + reduction_lines(join_reductions(reductions), rvars, ranges, options, False) \
+            + [line for after in afters for line in after]
+    if vector and not rvars:
+        raise NotVectorizable("a reduction over no dim (a 0-d input)")
+    reductions, afters = _shared_loop(walker, nodes, rvars[-1] if vector else None)
+    red = join_reductions(reductions)
+    after = [line for lines in afters for line in lines]
+    if vector and parallel_reduction and options.openmp:
+        unsplittable = [r.reduction_type for r in reductions if not r.combine]
+        if unsplittable:
+            raise NotVectorizable(f"a {unsplittable[0]} reduction split across threads")
+        return comments + split_reduction_lines(reductions, afters, rvars, ranges, options)
     if vector:
-        red = handler.pending_reduction
-        loops = list(red.declarations) + _loop_nest(rvars, node.reduction_ranges, list(red.body), None, True,
-                                                    reduction=True, flush=red.flush)
+        loops = list(red.declarations) + _loop_nest(rvars, ranges, list(red.body), None, True, reduction=True,
+                                                    flush=red.flush)
     else:
-        loops = reduction_lines(handler.pending_reduction, rvars, node.reduction_ranges, options, parallel_reduction)
-    return [comment] + loops + parts.after
+        loops = reduction_lines(red, rvars, ranges, options, parallel_reduction)
+    return comments + loops + after
 
 
 def _scan_lines(walker: KernelWalker, node: ComputedBuffer) -> list[str]:
@@ -285,9 +308,16 @@ def _why_scalar(kernel: Kernel, options: CppOptions) -> str:
 
 def _node_statements(kernel: Kernel, options: CppOptions, handler: CppHandler) -> tuple[list[str], CppHandler]:
     walker = KernelWalker(kernel, handler)
+    loops = shared_reduction_loops(kernel, scalar=not isinstance(handler, CppVectorHandler))
+    joined = {node.name for nodes in loops.values() for node in nodes[1:]}  # emitted in the first's loop
     body: list[str] = []
     for node, kind in walker.nodes():
-        body += _node_lines(walker, node, kind, options, parallel_reduction=_single_outer_point(kernel))
+        if node.name in joined:
+            continue
+        if kind == "reduction":  # one with indirect indexing is in no shared loop: a loop of its own
+            body += _reduction_lines(walker, loops.get(node.name, (node,)), options, _single_outer_point(kernel))
+        else:
+            body += _node_lines(walker, node, kind, options)
     return body, handler
 
 

@@ -233,6 +233,9 @@ class CppHandler(TextHandler):
     def __init__(self, kernel: Kernel) -> None:
         super().__init__(kernel)
         self.pending_reduction: PendingReduction | None = None
+        # The values in scope at the end of the last reduction's loop body: a later reduction
+        # of the same loop (`shared_loops.py`) reuses them instead of loading them again.
+        self.loop_cache: dict[str, str] = {}
         self.scan_init: list[str] = []  # a scan's running value, declared before its loop
         self.scan_state: ScanState | None = None  # the scan's state, once its body ran
         self.unsafe_indirect: dict[sympy.Symbol, str] = {}  # index into a maybe-empty dim -> its outside flag
@@ -301,6 +304,10 @@ class CppHandler(TextHandler):
         self.pending_reduction = start_reduction(name, reduction_type, c_type(dtype), value, self.end_loop_body())
         self.lines.extend(self.pending_reduction.finish)
         return self.pending_reduction.result
+
+    def end_loop_body(self) -> list[str]:
+        self.loop_cache = dict(self.cache)
+        return super().end_loop_body()
 
     def store_reduction(self, name: str, index: sympy.Expr, value: str) -> None:
         self.store(name, index, value)

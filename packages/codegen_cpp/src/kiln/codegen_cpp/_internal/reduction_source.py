@@ -98,7 +98,7 @@ def _extremum(name: str, reduction_type: str, ctype: str, value: str, body: list
     declarations = [f"{ctype} {acc} = {init};"]
     update = [f"{acc} = ({value} {compare} {acc}) ? {value} : {acc};"]
     finish: list[str] = []
-    clauses = f"reduction({reduction_type}:{acc})" if ctype != "bool" else ""
+    clauses = f"reduction({reduction_type}:{acc})" if has_openmp_clauses(reduction_type, ctype) else ""
     if ctype in _FLOATS:
         nan = f"nan_{name}"
         declarations.append(f"{ctype} {nan} = 0;  // counts NaNs: any makes the result NaN")
@@ -106,6 +106,28 @@ def _extremum(name: str, reduction_type: str, ctype: str, value: str, body: list
         finish.append(f"if ({nan} != 0) {acc} = std::numeric_limits<{ctype}>::quiet_NaN();")
         clauses += f" reduction(+:{nan})"
     return PendingReduction(reduction_type, tuple(declarations), (*body, *update), tuple(finish), clauses, acc)
+
+
+def has_openmp_clauses(reduction_type: str, ctype: str) -> bool:
+    """Whether OpenMP reduction clauses combine this reduction's accumulators: not the
+    (value, position) pairs of argmax/argmin, nor a bool max/min (no `max:` on bool)."""
+    return reduction_type not in ("argmax", "argmin") and not (reduction_type in ("max", "min") and ctype == "bool")
+
+
+def join_reductions(reds: Sequence[PendingReduction]) -> PendingReduction:
+    """Reductions over the same ranges as one loop (`shared_loops.py`): every accumulator
+    declared before it, updated in its one body (each reduction's statements after the ones
+    before it, so a value they share is computed once), flushed and folded after it, each as
+    when alone. OpenMP clauses only where every reduction has its own (`shared_loops.py` keeps
+    the others apart on the scalar path)."""
+    if len(reds) == 1:
+        return reds[0]
+    clauses = " ".join(red.clauses for red in reds) if all(red.clauses for red in reds) else ""
+    return PendingReduction("+".join(red.reduction_type for red in reds),
+                            tuple(line for red in reds for line in red.declarations),
+                            tuple(line for red in reds for line in red.body),
+                            tuple(line for red in reds for line in red.finish), clauses, reds[-1].result,
+                            flush=tuple(line for red in reds for line in red.flush))
 
 
 def start_reduction(name: str, reduction_type: str, ctype: str, value: str | tuple[str, str],

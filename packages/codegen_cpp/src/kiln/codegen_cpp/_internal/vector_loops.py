@@ -14,7 +14,7 @@ import sympy
 
 from .options import CppOptions
 from .printer import cpp_expr
-from .reduction_source import PendingReduction
+from .reduction_source import PendingReduction, join_reductions
 from .vector_reduction_source import PARTS
 
 # A reduction split across threads is reduced in this many chunks, each to one partial result,
@@ -81,37 +81,44 @@ def vector_reduction_loop(var: sympy.Symbol, extent: sympy.Expr, body: list[str]
     return lines
 
 
-def split_reduction_lines(red: PendingReduction, after: list[str], rvars: Sequence[sympy.Symbol],
-                          ranges: Sequence[sympy.Expr], options: CppOptions) -> list[str]:
-    """A vector reduction of a kernel without outer loop, its outermost reduction loop split
-    in CHUNKS chunks across threads (when the reduction is large enough): each chunk reduces to
-    a partial result, then the partials are combined in chunk order. `after` is what follows
-    the reduction loops (it starts with `red.finish`)."""
-    assert tuple(after[:len(red.finish)]) == red.finish, "the fold must follow the reduction loop"
-    fold, rest = list(red.finish[:red.fold_lines]), after[red.fold_lines:]
-    n, name, var = cpp_expr(ranges[0]), red.partial, rvars[0]
-    chunk_len = f"kiln_chunk_{name}"
+def split_reduction_lines(reds: Sequence[PendingReduction], afters: Sequence[list[str]],
+                          rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], options: CppOptions
+                          ) -> list[str]:
+    """Vector reductions of a kernel without outer loop (one, or several sharing their loop:
+    `shared_loops.py`), the outermost reduction loop split in CHUNKS chunks across threads
+    (when the reduction is large enough): each chunk reduces to a partial result per
+    reduction, then each reduction's partials are combined in chunk order. `afters[k]` is
+    what follows the loop for `reds[k]` (it starts with its `finish`)."""
+    for red, after in zip(reds, afters):
+        assert tuple(after[:len(red.finish)]) == red.finish, "the fold must follow the reduction loop"
+    joined = join_reductions(reds)
+    n, var = cpp_expr(ranges[0]), rvars[0]
+    chunk_len = f"kiln_chunk_{reds[0].partial}"
     lo, hi = f"{var}_lo", f"{var}_hi"
     if len(rvars) == 1:  # chunks of whole vector blocks
         step = f"{PARTS} * KILN_LANES"
-        loops = vector_reduction_loop(var, ranges[0], list(red.body), lo, hi, red.flush)
+        loops = vector_reduction_loop(var, ranges[0], list(joined.body), lo, hi, joined.flush)
     else:  # chunks of the outermost loop, vector code innermost
         step = "1"
-        inner = vector_reduction_loop(rvars[-1], ranges[-1], list(red.body), flush=red.flush)
+        inner = vector_reduction_loop(rvars[-1], ranges[-1], list(joined.body), flush=joined.flush)
         for depth in range(len(rvars) - 2, 0, -1):
             inner = [f"for (int64_t {rvars[depth]} = 0; {rvars[depth]} < {cpp_expr(ranges[depth])}; "
                      f"++{rvars[depth]}) {{", *indent(inner, 1), "}"]
         loops = [f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var}) {{", *indent(inner, 1), "}"]
     loop_body = [f"const int64_t {lo} = std::min<int64_t>({n}, kiln_chunk * {chunk_len});",
                  f"const int64_t {hi} = std::min<int64_t>({n}, {lo} + {chunk_len});",
-                 *red.declarations, *loops, *fold, f"partials_{name}[kiln_chunk] = {name};"]
+                 *joined.declarations, *loops, *(line for red in reds for line in red.finish[:red.fold_lines]),
+                 *(f"partials_{red.partial}[kiln_chunk] = {red.partial};" for red in reds)]
     numel = " * ".join(f"({cpp_expr(e)})" for e in ranges)
-    combined = red.combine.format(name, f"partials_{name}[kiln_chunk]")
-    return [f"// split in {CHUNKS} chunks across threads, combined in chunk order",
-            f"{red.partial_type} partials_{name}[{CHUNKS}];",
-            f"const int64_t {chunk_len} = (({n} + {CHUNKS - 1}) / {CHUNKS} + {step} - 1) / ({step}) * ({step});",
-            f"#pragma omp parallel for if(parallel: {numel} >= {options.parallel_threshold})",
-            f"for (int64_t kiln_chunk = 0; kiln_chunk < {CHUNKS}; ++kiln_chunk) {{", *indent(loop_body, 1), "}",
-            f"{red.partial_type} {name} = partials_{name}[0];",
-            f"for (int64_t kiln_chunk = 1; kiln_chunk < {CHUNKS}; ++kiln_chunk) {name} = {combined};",
-            *rest]
+    lines = [f"// split in {CHUNKS} chunks across threads, combined in chunk order",
+             *(f"{red.partial_type} partials_{red.partial}[{CHUNKS}];" for red in reds),
+             f"const int64_t {chunk_len} = (({n} + {CHUNKS - 1}) / {CHUNKS} + {step} - 1) / ({step}) * ({step});",
+             f"#pragma omp parallel for if(parallel: {numel} >= {options.parallel_threshold})",
+             f"for (int64_t kiln_chunk = 0; kiln_chunk < {CHUNKS}; ++kiln_chunk) {{", *indent(loop_body, 1), "}"]
+    for red, after in zip(reds, afters):
+        name = red.partial
+        combined = red.combine.format(name, f"partials_{name}[kiln_chunk]")
+        lines += [f"{red.partial_type} {name} = partials_{name}[0];",
+                  f"for (int64_t kiln_chunk = 1; kiln_chunk < {CHUNKS}; ++kiln_chunk) {name} = {combined};",
+                  *after[red.fold_lines:]]
+    return lines
