@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -35,8 +38,10 @@ def _dynamo_graph(fn, *args) -> tuple[fx.GraphModule, list]:
 
 @pytest.fixture(autouse=True)
 def enabled(monkeypatch):
-    """The pass is opt-in (KILN_PAD_LINEARS=1) until checked on a GPU: these tests switch it on."""
+    """The pass on (whatever KILN_PAD_LINEARS says in this process), for inputs of a few rows
+    (the real rule wants MIN_ROWS tokens: `test_inputs_of_few_rows_are_left_alone` checks it)."""
     monkeypatch.setattr(padded_linears, "ENABLED", True)
+    monkeypatch.setattr(padded_linears, "MIN_ROWS", 1)
 
 
 def _linear_args(outputs=OUTPUTS, bias=True, device=None):
@@ -81,13 +86,40 @@ def test_aligned_or_small_linears_are_left_alone(outputs):
     assert pad_linear_outputs(gm, devices=("cpu",)) == 0 and gm.code == before
 
 
-def test_the_pass_is_off_unless_asked_for(monkeypatch):
+def test_inputs_of_few_rows_are_left_alone(monkeypatch):
+    """A decoding step's few tokens: the matmul is bound by reading the weight, which the pad
+    would copy."""
+    monkeypatch.setattr(padded_linears, "MIN_ROWS", 7)
+    gm, _ = _dynamo_graph(F.linear, *_linear_args(device="cpu"))
+    assert pad_linear_outputs(gm, devices=("cpu",)) == 0
+    monkeypatch.setattr(padded_linears, "MIN_ROWS", 6)
+    assert pad_linear_outputs(gm, devices=("cpu",)) == 1
+
+
+def test_the_pass_is_on_unless_turned_off(monkeypatch):
     monkeypatch.setattr(padded_linears, "ENABLED", False)
     gm, _ = _dynamo_graph(F.linear, *_linear_args(device="cpu"))
     assert pad_linear_outputs(gm, devices=("cpu",)) == 0
+    code = "from kiln.integration._internal import padded_linears; print(padded_linears.ENABLED)"
+    for value, expected in ((None, "True"), ("0", "False"), ("1", "True")):
+        env = {k: v for k, v in os.environ.items() if k != "KILN_PAD_LINEARS"}
+        if value is not None:
+            env["KILN_PAD_LINEARS"] = value
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert result.stdout.strip() == expected, (value, result.stdout, result.stderr)
 
 
-def test_a_padded_output_layer_trains_through_the_backend(monkeypatch):
+def _tanh_head(x, w, b, weights):
+    return (F.linear(x, w, b).tanh() * weights).sum()
+
+
+def _cross_entropy_head(x, w, b, labels):
+    """A language model's loss: log-softmax's and nll_loss's backward over the padded logits."""
+    return F.cross_entropy(F.linear(x, w, b), labels)
+
+
+@pytest.mark.parametrize("head", [_tanh_head, _cross_entropy_head])
+def test_a_padded_output_layer_trains_through_the_backend(monkeypatch, head):
     """Through the backend (fallback=False), forward and backward, the pass applied on this
     device too: the padded matmuls and the pad run compiled, and the output and every gradient
     are eager's."""
@@ -97,16 +129,18 @@ def test_a_padded_output_layer_trains_through_the_backend(monkeypatch):
     args = _linear_args(device=device)
     leaves = [a.clone().requires_grad_() for a in args]
     reference = [a.clone().requires_grad_() for a in args]
+    g = torch.Generator().manual_seed(3)
+    extra = (torch.randn(6, OUTPUTS, generator=g, device="cpu") if head is _tanh_head
+             else torch.tensor([5, -100, 4098, 0, 17, 4097])).to(device)
     options = KilnOptions.create({"fallback": False})
     reports: list[GraphReport] = []
     torch._dynamo.reset()
-    compiled = torch.compile(lambda x, w, b: F.linear(x, w, b).tanh(),
-                             backend=lambda gm, example_inputs: _compile(gm, example_inputs, options, reports.append))
-    got = compiled(*leaves)
-    want = F.linear(*reference).tanh()
-    weights = torch.randn(want.shape, generator=torch.Generator().manual_seed(3), device="cpu").to(device)
-    (got * weights).sum().backward()
-    (want * weights).sum().backward()
+    compiled = torch.compile(head, backend=lambda gm, example_inputs: _compile(gm, example_inputs, options,
+                                                                                 reports.append))
+    got = compiled(*leaves, extra)
+    want = head(*reference, extra)
+    got.backward()
+    want.backward()
     assert reports, "kiln was never called"
     lowered = " ".join(name for report in reports for name in report.lowered_nodes)
     assert "constant_pad_nd" in lowered and "mm" in lowered, lowered

@@ -72,3 +72,52 @@ def test_a_cat_of_one_stored_part_reads_it_where_it_lies_unless_the_graph_return
     torch.testing.assert_close(out, x @ w)
     kept = _lowered(lambda x, empty: torch.cat([empty, x], 0), x, none)(x, none)
     assert kept.data_ptr() != x.data_ptr()  # never the input's memory
+
+
+def test_a_pad_that_only_crops_a_stored_value_reads_it_where_it_lies():
+    """A padded output layer's weight gradient: the padded matmul's rows cut back to the weight's
+    (`constant_pad_nd` with negative amounts). Returned, it is a tensor of its own over the
+    matmul's memory (no copy kernel, in-place writes allowed); a crop of a graph input, or one
+    not laid out as eager's contiguous result, is a copy."""
+    g, x = torch.randn(16, 8), torch.randn(16, 12)
+
+    def weight_grad(g, x):
+        return torch.constant_pad_nd(g.t() @ x, [0, 0, 0, -3])  # (5, 12) of the (8, 12) product
+
+    kg = _lowered(weight_grad, g, x)
+    assert _kernel_count(kg) == 0, kg.gm.code
+    assert "copied_view" not in kg.gm.code
+    got = kg(g, x)
+    torch.testing.assert_close(got, weight_grad(g, x))
+    assert got.shape == (5, 12) and got.stride() == (12, 1) and got._base is None
+    got.add_(1)  # its own tensor: no view error
+
+    def last_dim(g, x):  # cut along the last dim: eager's result is contiguous, a view would not be
+        return torch.constant_pad_nd(g.t() @ x, [0, -2])
+
+    def of_input(g):
+        return torch.constant_pad_nd(g, [0, 0, 0, -3]) * 1, torch.constant_pad_nd(g, [0, 0, 0, -3])
+
+    for fn, args in [(last_dim, (g, x)), (of_input, (g,))]:
+        kg = _lowered(fn, *args)
+        assert _kernel_count(kg) == 1, (fn.__name__, kg.gm.code)
+        outs = kg(*args)
+        for got, expected in zip(outs if isinstance(outs, tuple) else (outs,), (fn(*args),) if not isinstance(
+                fn(*args), tuple) else fn(*args)):
+            torch.testing.assert_close(got, expected)
+            assert got.is_contiguous()
+    cropped = kg(g)[1]
+    cropped.add_(1)
+    assert not torch.equal(cropped, g[:13])  # the input's memory was not shared
+
+
+def test_a_cropped_value_read_by_a_kernel_is_a_view_in_its_loads():
+    """Inside the graph the crop is read in place by the next kernel too."""
+    g, x = torch.randn(16, 8), torch.randn(16, 12)
+
+    def fn(g, x):
+        return torch.constant_pad_nd(g.t() @ x, [0, 0, 0, -3]).exp()
+
+    kg = _lowered(fn, g, x)
+    assert _kernel_count(kg) == 1, kg.gm.code
+    torch.testing.assert_close(kg(g, x), fn(g, x))

@@ -149,3 +149,38 @@ def test_a_gradient_read_by_two_matmuls_one_through_a_transpose_is_stored_once()
     assert len(kg.externs) == 2
     # one buffer over the gradient's elements (in either orientation), not one per matmul
     assert sum(sorted(n.spec.size) == [8, 16] for k in kg.kernels for n in k.nodes) == 1
+
+
+def _one_hot_backward(labels, scale, log_probs):
+    """nll_loss's backward one-hot `where(i1 == label[i0], -scale, 0)` (every load the same
+    along a row), read by log_softmax's backward twice: its sum, and the gradient."""
+    ignore = labels != -100
+    hot = torch.arange(0, log_probs.shape[1], 1) == torch.where(ignore, labels, 0)[:, None]
+    one_hot = torch.where(hot, torch.where(ignore, -scale, 0.0)[:, None], 0.0)
+    return one_hot - log_probs.exp() * one_hot.sum(1, keepdim=True)
+
+
+def test_a_broadcast_of_per_row_values_is_recomputed_on_a_memory_bound_target():
+    """Stored, the one-hot costs a write and a read of every element (a language model's logits:
+    tokens x vocabulary); its loads are per-row values, so recomputing it is arithmetic only. A
+    body as long, with a load along the row, is still stored; so is the one-hot where only
+    arithmetic is recomputed (codegen_cpp's policy keeps its row temporaries)."""
+    args = (torch.tensor([3, -100, 70, 0, 99, 5]), torch.tensor(0.25), torch.randn(6, 100).log_softmax(1))
+    full = [(6, 100)]
+
+    def full_size(kg) -> int:
+        return sum([tuple(n.spec.size)] == full for k in kg.kernels for n in k.nodes)
+
+    assert full_size(_lowered_with(_one_hot_backward, *args, transcendental=False)) == 2
+    assert full_size(_lowered_with(_one_hot_backward, *args, transcendental=True)) == 1
+
+    def along_rows(labels, scale, log_probs):  # the same body reading a value along the row
+        ignore = labels != -100
+        hot = log_probs.exp() > 0.5 * torch.where(ignore, labels, 0)[:, None]
+        one_hot = torch.where(hot, torch.where(ignore, -scale, 0.0)[:, None], 0.0)
+        return one_hot - log_probs * one_hot.sum(1, keepdim=True)
+
+    assert full_size(_lowered_with(along_rows, *args, transcendental=True)) == 2
+    narrow = (args[0], args[1], torch.randn(6, 16).log_softmax(1))  # rows shorter than BROADCAST_MIN_WIDTH
+    full = [(6, 16)]
+    assert full_size(_lowered_with(_one_hot_backward, *narrow, transcendental=True)) == 2

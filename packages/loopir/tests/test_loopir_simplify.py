@@ -106,3 +106,18 @@ def test_a_floor_division_of_an_exact_multiple_ends():
     i0, i1 = index_vars(2)
     assert simplify_index(FloorDiv(2 * i0 + 4 * i1, 2), {i0: 3, i1: 5}) == i0 + 2 * i1
     assert simplify_index(sympy.Mod(FloorDiv(6 * i0, 3), 4), {i0: 2}) == 2 * i0
+
+
+def test_clamped_indices():
+    """A read clamped into its source (cat, pad, slice_scatter: `Min(n - 1, i)`): a clamp that
+    never binds goes (a padded bias read over the unpadded row), one that may bind stays, and a
+    clamped column seen through a reshape loses its divisions."""
+    i0, i1, r0 = *index_vars(2), index_vars(1, "r")[0]
+    assert simplify_index(sympy.Min(30521, r0), {r0: 30522}) == r0
+    assert simplify_index(sympy.Max(0, r0 - 3) + 1, {r0: 2}) == 1
+    assert simplify_index(sympy.Min(30521, i1), {i1: 30528}) == sympy.Min(30521, i1)
+    flat = 30522 * i0 + sympy.Min(30521, i1)
+    ranges = {i0: 16, i1: 30528}
+    assert simplify_index(FloorDiv(flat, 30522), ranges) == i0
+    assert simplify_index(sympy.Mod(flat, 30522), ranges) == sympy.Min(30521, i1)
+    assert simplify_index(30522 * FloorDiv(flat, 30522) + sympy.Mod(flat, 30522), ranges) == flat

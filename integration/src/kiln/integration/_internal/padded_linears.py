@@ -17,12 +17,14 @@ Every value is the unpadded linear's up to the summation order the kernel picks:
 outputs are zeros, never read. The pad costs a copy of the weight per call, so only weights of
 at least `MIN_WEIGHT_ELEMENTS` are padded. Inductor pads matmuls too (its `pad_mm` pass).
 
-Status (session 23): off by default. On an H200 the BERT-base masked-LM fp32 step went from 52.6
-to 49.3 ms (the three unaligned matmuls, 3 ms each, became aligned ones: 1.45 ms for the forward),
-but kiln's kernels took 2.6 ms more a step (two kernels of 1.6 and 0.6 ms over the padded logits,
-not yet looked at), and its values were checked on CPU only (the backend test below runs the
-padded linear's forward and backward through kiln's C++ kernels); the CUDA run of that test is
-still to do before this becomes the default.
+On by default for CUDA linears (`KILN_PAD_LINEARS=0` turns it off). On an H200 (BERT-base
+masked LM, 16x512 tokens, float32 with TF32, `tools/profile_training.py`) the step went from
+53.0-56.7 to 48.9-49.0 ms (session 24). Two loopir rules keep the padded logits from costing kiln
+kernels time: nll_loss's backward one-hot is recomputed, not stored (`recompute.py`: a broadcast
+of per-row values), and a bias padded and read back over the unpadded row is a contiguous read
+(`simplify.py`: a clamp that never binds is dropped; before, the log-softmax over the padded
+logits took 1.6 ms instead of 0.5). The weight gradient is the padded matmul's first rows, read
+in place (`lower_indexing._cropped_view`), not copied.
 """
 
 from __future__ import annotations
@@ -39,10 +41,14 @@ import torch.nn.functional as F
 from .attention_masks import _fake
 
 _LINEAR = torch._C._nn.linear
-# Off unless KILN_PAD_LINEARS=1: measured on an H200 but not yet checked on one for values (see below).
-ENABLED = os.environ.get("KILN_PAD_LINEARS", "0") == "1"
+# On unless KILN_PAD_LINEARS=0 (see the module docstring).
+ENABLED = os.environ.get("KILN_PAD_LINEARS", "1") != "0"
 ALIGNMENT_BYTES = 16
 MIN_WEIGHT_ELEMENTS = 1 << 22  # 4M: an output layer of a real vocabulary, not a test model's
+# Rows of the input (tokens) below which the matmul is bound by reading the weight, not by its
+# arithmetic: there the unaligned kernels cost little and the pad's copy of the weight a lot (a
+# decoding step's one token). At 8192 tokens the aligned matmul saves ~2 ms against a ~50 us pad.
+MIN_ROWS = 1024
 
 
 def padded_outputs(outputs: int) -> int:
@@ -53,13 +59,15 @@ def padded_outputs(outputs: int) -> int:
     return -(-outputs // multiple) * multiple
 
 
-def _pads(weight: torch.Tensor, bias: torch.Tensor | None, device_types: Sequence[str]) -> int:
+def _pads(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, device_types: Sequence[str]) -> int:
     """How many zero rows `weight` gets (0: the call is left alone)."""
     if (weight.dim() != 2 or weight.device.type not in device_types or weight.dtype not in (
             torch.float32, torch.bfloat16, torch.float16)):
         return 0
     outputs, inputs = weight.shape
     if not isinstance(outputs, int) or not isinstance(inputs, int) or outputs * inputs < MIN_WEIGHT_ELEMENTS:
+        return 0
+    if not all(isinstance(s, int) for s in x.shape) or x.numel() < MIN_ROWS * inputs:
         return 0
     if bias is not None and (bias.dim() != 1 or bias.dtype != weight.dtype):
         return 0
@@ -87,7 +95,7 @@ def pad_linear_outputs(gm: fx.GraphModule, devices: Sequence[str] = ("cuda",)) -
         values = [a.meta.get("example_value") if isinstance(a, fx.Node) else None for a in (x, w, b)]
         if not all(isinstance(v, torch.Tensor) for v in values[:2]) or (b is not None and values[2] is None):
             continue
-        pad = _pads(values[1], values[2], devices)
+        pad = _pads(*values, devices)
         if not pad:
             continue
         examples = _fake(values[1], functools.partial(_padded_linear, *values, pad))

@@ -8,7 +8,6 @@ re-creates its module from node targets such as `ensure_layout`) imports no lowe
 from __future__ import annotations
 
 import logging
-import math
 
 import torch
 import torch.fx.node
@@ -75,10 +74,12 @@ def internal_view(tensor: torch.Tensor, size: list[int], stride: list[int], offs
 
 def restrided_buffer(tensor: torch.Tensor, size: list[int], stride: list[int], offset: int) -> torch.Tensor:
     """`strided_view`'s elements as a tensor of its own over `tensor`'s storage, not a view of
-    `tensor` (a kernel's buffer nothing else holds), where they are all of its elements (a
-    value computed in memory order: eager's result is no view, and a view returned through an
-    `autograd.Function` could not be modified in place); else a view, as eager's (an expand)."""
-    if offset != 0 or math.prod(size) != tensor.numel():
+    `tensor` (a kernel's or an extern's buffer nothing else holds): all of its elements (a value
+    computed in memory order) or some (a padded matmul's result cut back to the rows eager
+    computes): eager's result is no view, and a view returned through an `autograd.Function`
+    could not be modified in place. A view whose elements overlap (an expand) stays a view, as
+    eager's."""
+    if any(st == 0 and n > 1 for n, st in zip(size, stride)):
         return strided_view(tensor, size, stride, offset)
     if _REINTERPRET_TENSOR is not None:  # the same tensor of its own, without the dispatcher: 0.7 vs 3.5 us
         return _REINTERPRET_TENSOR(tensor, size, stride, offset)  # (offset: from tensor's first element)

@@ -36,13 +36,13 @@ log = logging.getLogger(__name__)
 
 
 def _unview_outputs(graph: fx.Graph, copy_shared: bool) -> None:
-    """A `strided_view` that is the only reader of a kernel's buffer (an output computed in
-    memory order: a channels-last value, `(x + 1).t()`) becomes a `restrided_buffer`: same
-    storage and strides, no view of a tensor kept alive when it covers the whole buffer.
+    """A `strided_view` that is the only reader of a kernel's or an extern's buffer (an output
+    computed in memory order: a channels-last value, `(x + 1).t()`; a padded matmul's result cut
+    back) becomes a `restrided_buffer`: same storage and strides, no view of another tensor.
     With `copy_shared` (outputs leave through an `autograd.Function`), an output that views a
     kernel's or an extern's buffer something else reads is a `copied_view`: modifiable in place."""
     for node in graph.nodes:
-        if node.target is strided_view and _kernel_buffer(node.args[0]) and len(node.args[0].users) == 1:
+        if node.target is strided_view and _computed_buffer(node.args[0]) and len(node.args[0].users) == 1:
             node.target = restrided_buffer
     if not copy_shared:
         return

@@ -23,7 +23,7 @@ import torch
 from .lower_pointwise import broadcast_load, constant, out_dtype_size
 from .lower_views import _slice_start, diagonal_dims, runtime_index
 from .registry import Lowerings
-from .sizes import Expr, FloorDiv, same_exprs, to_expr
+from .sizes import Expr, FloorDiv, contiguous_strides, same_exprs, to_expr
 from .values import Lazy, StridedView
 
 aten = torch.ops.aten
@@ -113,6 +113,11 @@ def lower_constant_pad_nd(ctx, node, x, pad, value=0):
     def may_pad(amount: Expr) -> bool:
         return not (amount.is_number and amount <= 0)
 
+    if not any(may_pad(a) for a in (*before.values(), *after.values())):
+        cropped = _cropped_view(ctx, node, x, dtype, size, before)
+        if cropped is not None:
+            return cropped
+
     def inner(ops: Any, index: tuple[Expr, ...]) -> Any:
         if any(s == 0 for s in x.size):
             return constant(ops, value, dtype)
@@ -132,6 +137,23 @@ def lower_constant_pad_nd(ctx, node, x, pad, value=0):
         return ops.where(inside, loaded, constant(ops, value, dtype))
 
     return Lazy(dtype, size, inner, (node.name,))
+
+
+def _cropped_view(ctx: Any, node: Any, x: Any, dtype: torch.dtype, size: Sequence[Expr],
+                  before: dict[int, Expr]) -> StridedView | None:
+    """A pad that only crops (every amount <= 0: the backward of a padded weight, whose
+    gradient is the padded matmul's cut back to the weight's rows), read where `x` lies instead of
+    copied: a view of a buffer a step of this graph stored (an input's memory is never shared, as
+    eager's pad returns new memory), and, where the graph returns it, laid out as eager's
+    contiguous result is."""
+    from .lower import step_names  # lower imports the lowering tables
+    if not isinstance(x, StridedView) or x.dtype != dtype or not any(x.buffer in step_names(step) for step in ctx.steps):
+        return None
+    offset = x.offset + sum((-lo) * x.stride[d] for d, lo in before.items())
+    view = StridedView(x.buffer, dtype, tuple(size), tuple(x.stride), offset)
+    if any(user.op == "output" for user in node.users) and not same_exprs(view.stride, contiguous_strides(size)):
+        return None
+    return view
 
 
 @TABLE.register("view", aten.flip.default)

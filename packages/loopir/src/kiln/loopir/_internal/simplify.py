@@ -18,6 +18,11 @@ Rules, for constant divisors ``d > 0`` and index variables with constant ranges
   ``FloorDiv(FloorDiv(x, a), b) -> FloorDiv(x, a*b)``; ``Mod(FloorDiv(x, a), b) -> FloorDiv(x, a)``
   when ``x < a*b``;
 * in sums, ``k*d*FloorDiv(x, d) + k*Mod(x, d) -> k*x``.
+
+Bounds follow `Min`/`Max` too: a load clamped into its source's row (a padded gradient's
+``30522*i0 + Min(30521, i1)``) seen through a reshape loses its divisions, and a clamp that
+never binds goes (``Min(30521, r0) -> r0`` for ``r0 < 30522``: a padded bias read over the
+unpadded row, which codegens then see as a contiguous read).
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ def _is_digit(expr: Expr) -> bool:
 def simplify_index(expr: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
     """`expr` with the rules above applied, given ``0 <= var < ranges[var]``."""
     expr = sympy.sympify(expr)
-    if expr.is_Atom or not ranges or not expr.has(FloorDiv, sympy.Mod):
+    if expr.is_Atom or not ranges or not expr.has(FloorDiv, sympy.Mod, sympy.Min, sympy.Max):
         return expr
     return _cached(expr, tuple(sorted(ranges.items(), key=lambda item: item[0].name)))
 
@@ -107,6 +112,8 @@ def _simplify(expr: Expr, ranges: dict[sympy.Symbol, int]) -> Expr:
         return _floordiv(args[0], args[1], ranges)
     if isinstance(expr, sympy.Mod):
         return _mod(args[0], args[1], ranges)
+    if isinstance(expr, (sympy.Min, sympy.Max)):
+        return _min_max(type(expr), args, ranges)
     rebuilt = expr.func(*args)
     return _recombine(rebuilt, ranges) if rebuilt.is_Add else rebuilt
 
@@ -193,6 +200,21 @@ def _mod(x: Expr, divisor: Expr, ranges: dict[sympy.Symbol, int]) -> Expr:
     return sympy.Mod(x, divisor)
 
 
+def _min_max(func: type, args: Sequence[Expr], ranges: dict[sympy.Symbol, int]) -> Expr:
+    """``Min(a, b) -> a`` where every value of `a` is at most every value of `b` (a clamp that
+    never binds: ``Min(30521, r0)`` for ``r0 < 30522``), and likewise for `Max`."""
+    bounds = [_bounds(a, ranges) for a in args]
+    for k, b in enumerate(bounds):
+        if b is None:
+            continue
+        others = [o for j, o in enumerate(bounds) if j != k]
+        if func is sympy.Min and all(o is not None and b[1] <= o[0] for o in others):
+            return args[k]
+        if func is sympy.Max and all(o is not None and b[0] >= o[1] for o in others):
+            return args[k]
+    return func(*args)
+
+
 def _recombine(total: Expr, ranges: dict[sympy.Symbol, int]) -> Expr:
     """``k*d*FloorDiv(x, d) + k*Mod(x, d) -> k*x`` in a sum, as often as it applies."""
     terms = list(sympy.Add.make_args(total))
@@ -246,4 +268,10 @@ def _bounds(expr: Any, ranges: dict[sympy.Symbol, int]) -> Bounds:
         if b is not None and b[0] >= 0 and b[1] < d:
             return b
         return 0, d - 1
+    if isinstance(expr, (sympy.Min, sympy.Max)):  # a load clamped into its source (cat, pad, slice_scatter)
+        parts = [_bounds(a, ranges) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        pick = min if isinstance(expr, sympy.Min) else max
+        return pick(p[0] for p in parts), pick(p[1] for p in parts)
     return None
