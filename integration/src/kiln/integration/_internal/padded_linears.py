@@ -19,7 +19,7 @@ at least `MIN_WEIGHT_ELEMENTS` are padded. Inductor pads matmuls too (its `pad_m
 
 On by default for CUDA linears (`KILN_PAD_LINEARS=0` turns it off). On an H200 (BERT-base
 masked LM, 16x512 tokens, float32 with TF32, `tools/profile_training.py`) the step went from
-53.0-56.7 to 48.9-49.0 ms (session 24). Two loopir rules keep the padded logits from costing kiln
+53.0-56.7 to 46.7 ms (session 24; Inductor 44.8). Two loopir rules keep the padded logits from costing kiln
 kernels time: nll_loss's backward one-hot is recomputed, not stored (`recompute.py`: a broadcast
 of per-row values), and a bias padded and read back over the unpadded row is a contiguous read
 (`simplify.py`: a clamp that never binds is dropped; before, the log-softmax over the padded
