@@ -39,7 +39,7 @@ def test_full_reductions_to_0d_use_the_parallel_path(cpp_parallel):
     b = torch.rand(7, 33) > 0.3
     compiled = cpp_parallel.check(f, x, i, b)
     # Every 0-d reduction (except bool max/min, which have no OpenMP reduction) is in one loop
-    # (shared_loops.py) whose outermost loop is split over threads; nothing is left serial.
+    # (kiln.loopir.codegen.shared_reduction_loops) whose outermost loop is split over threads; nothing is left serial.
     (pragma,) = [line for line in compiled.source.splitlines() if "#pragma omp parallel for reduction(" in line]
     assert pragma.count("reduction(max:") == 2 and pragma.count("reduction(min:") == 2
     assert pragma.count("reduction(+:") == 6  # four sums, two NaN counts

@@ -1,4 +1,4 @@
-"""Independent reductions over the same rows share one loop (`_internal/shared_loops.py`): one
+"""Independent reductions over the same rows share one loop (`kiln.loopir.codegen.shared_reduction_loops`): one
 pass over the row, each accumulator as in a loop of its own (the same results bit for bit),
 eager's values (NaN rows, argmax ties, float64, bfloat16, tails); a reduction that reads an
 earlier one's result (softmax's sum of exp(x - max)) keeps a loop of its own."""

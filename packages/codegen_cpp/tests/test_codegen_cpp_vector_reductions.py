@@ -48,7 +48,7 @@ def test_every_reduction_kind_is_vector_code_and_matches_eager(cpp, width, cols)
 
 def test_reduction_loops_keep_four_independent_accumulators(cpp):
     compiled = cpp.check(lambda x: (x.sum(-1), x.amax(-1)), torch.randn(4, 300))
-    assert compiled.source.count("// vector code, 4 accumulators") == 1  # one loop for both (shared_loops.py)
+    assert compiled.source.count("// vector code, 4 accumulators") == 1  # one loop for both (kiln.loopir.codegen.shared_reduction_loops)
     for part in range(4):
         assert f"constexpr int part = {part};" in compiled.source
     # the float32 sum's accumulators folded as a tree into its total (a short row's: float32

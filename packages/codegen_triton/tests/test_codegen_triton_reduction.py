@@ -6,9 +6,9 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.codegen_triton import TritonOptions, compile, verify
-from kiln.codegen_triton._internal.kernel_source import shared_reduction_loops
 from kiln.loopir import Reduction, lower
 from kiln.loopir._internal import lower_split
+from kiln.loopir.codegen import shared_reduction_loops
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 

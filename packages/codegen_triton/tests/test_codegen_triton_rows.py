@@ -11,8 +11,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kiln.codegen_triton import TritonCodegenError, TritonOptions, compile, generate, verify
-from kiln.codegen_triton._internal.kernel_source import shared_reduction_loops
 from kiln.loopir import lower
+from kiln.loopir.codegen import shared_reduction_loops
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on masked-off lanes
 

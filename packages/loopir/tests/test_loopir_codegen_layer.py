@@ -179,3 +179,24 @@ def test_layout_guard_passes_only_tensors_of_the_same_layouts():
             assert len(other) != 2
     assert layout_guard(()) is None
     assert layout_guard((x.to_sparse(),)) is None
+
+
+def test_shared_reduction_loops_join_independent_reductions_of_the_same_rows():
+    """sum and amax of x share a loop; softmax's sum of exp(x - max) reads the max and keeps its
+    own; a codegen's `key` keeps apart what it cannot join."""
+    from kiln.loopir.codegen import shared_reduction_loops
+
+    def fn(x):
+        m = x.amax(-1)
+        return x.sum(-1), m, (x - m[:, None]).exp().sum(-1)
+
+    kg = lower(make_fx(fn)(torch.randn(4, 32)))
+    (kernel,) = kg.kernels
+    reads_max = [n.name for n in kernel.nodes if "exp" in str(n)]
+    assert len([n for n in kernel.nodes if n.reduction_ranges]) == 3 and len(reads_max) == 1
+    groups = [[n.name for n in nodes] for nodes in shared_reduction_loops(kernel).values()]
+    assert sorted(map(len, groups)) == [1, 2] and [g for g in groups if len(g) == 1][0] == reads_max
+    # keyed by reduction type: the max alone; the exp sum, whose max was made before the plain
+    # sum's loop began, joins that loop
+    apart = shared_reduction_loops(kernel, key=lambda node: (node.body.reduction_type,))
+    assert sorted(sorted(n.body.reduction_type for n in nodes) for nodes in apart.values()) == [["max"], ["sum", "sum"]]

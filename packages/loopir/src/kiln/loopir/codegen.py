@@ -10,6 +10,8 @@
 * `ArtifactCache`: the content-hash artifact cache, with atomic writes and verified loads, and
   `default_cache_root()`, its per-user default place;
 * `node_summary`: the one-line description of a node codegens put above its code;
+* `shared_reduction_loops`: which independent reductions of a kernel one loop computes (rows
+  read once for `x.sum(-1), x.amax(-1)`);
 * `scatter_bases`: which input a runtime copies into which output before a scatter kernel runs;
 * `input_stores`: which input's tensor a runtime passes as which output's storage (a mutated
   graph input the kernel writes in place);
@@ -36,6 +38,7 @@ from ._internal.shared.host import SizeFunction, compile_size, evaluate_size
 from ._internal.shared.layout_guard import LayoutGuard, layout_guard
 from ._internal.shared.op_costs import ARITHMETIC as ARITHMETIC_OPS
 from ._internal.shared.option_types import check_option_types
+from ._internal.shared.reduction_loops import shared_reduction_loops
 from ._internal.shared.signs import known_nonnegative
 from ._internal.shared.walker import (
     KernelWalker,
@@ -49,5 +52,5 @@ __all__ = [
     "TextHandler", "KernelWalker", "ReductionParts", "CheckSite", "raise_failed_check", "SizeFunction",
     "compile_size", "evaluate_size", "ArtifactCache", "ArtifactCacheError", "default_cache_root", "node_summary",
     "philox", "scatter_bases", "input_stores", "known_nonnegative", "check_option_types", "ARITHMETIC_OPS",
-    "layout_guard", "LayoutGuard",
+    "layout_guard", "LayoutGuard", "shared_reduction_loops",
 ]

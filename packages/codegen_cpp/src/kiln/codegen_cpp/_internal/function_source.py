@@ -17,17 +17,16 @@ from collections.abc import Sequence
 import sympy
 
 from kiln.loopir import ComputedBuffer, Kernel, Reduction, index_vars
-from kiln.loopir.codegen import CheckSite, KernelWalker, node_summary
+from kiln.loopir.codegen import CheckSite, KernelWalker, node_summary, shared_reduction_loops
 
 from . import random_source, scan_source
-from .kernel_source import PRELUDE, CppHandler, c_type, storage_type
+from .kernel_source import C_TYPES, PRELUDE, CppHandler, c_type, storage_type
 from .low_precision import VECTOR_CONVERSIONS
 from .options import LIGHT_OPS, CppOptions, light_parallel_threshold
 from .parallel_scan_source import parallel_scan_lines
 from .parallel_scatter_source import parallel_scatter_lines
 from .printer import cpp_expr
-from .reduction_source import PendingReduction, join_reductions, reduction_lines
-from .shared_loops import shared_reduction_loops
+from .reduction_source import PendingReduction, has_openmp_clauses, join_reductions, reduction_lines
 from .stream_stores import with_stream_stores
 from .vector_blocks import blocked_vector_loop
 from .vector_hoist import hoist_lane_values
@@ -149,7 +148,7 @@ def _shared_loop(walker: KernelWalker, nodes: Sequence[ComputedBuffer], lane_var
 def _reduction_lines(walker: KernelWalker, nodes: Sequence[ComputedBuffer], options: CppOptions,
                      parallel_reduction: bool) -> list[str]:
     """One loop over the reduction ranges of `nodes` (one node, or several sharing the loop:
-    `shared_loops.py`), then each node's fold and store."""
+    `kiln.loopir.codegen.shared_reduction_loops`), then each node's fold and store."""
     handler = walker.handler
     vector = isinstance(handler, CppVectorHandler)
     comments = [_node_comment(node, node.name not in handler.outputs) for node in nodes]
@@ -306,9 +305,18 @@ def _why_scalar(kernel: Kernel, options: CppOptions) -> str:
     return ""
 
 
+def openmp_loop_key(node: ComputedBuffer) -> tuple[bool]:
+    """What scalar reductions sharing a loop (`kiln.loopir.codegen.shared_reduction_loops`) have
+    alike besides their ranges: whether OpenMP clauses combine their accumulators. A scalar
+    loop's clauses (the `simd` of a row, the threads of a kernel without outer loop) hold only
+    when every accumulator has one, so reductions without (argmax/argmin, a bool max/min) keep
+    loops apart from those with."""
+    return (has_openmp_clauses(node.body.reduction_type, C_TYPES.get(node.body.dtype, "")),)
+
+
 def _node_statements(kernel: Kernel, options: CppOptions, handler: CppHandler) -> tuple[list[str], CppHandler]:
     walker = KernelWalker(kernel, handler)
-    loops = shared_reduction_loops(kernel, scalar=not isinstance(handler, CppVectorHandler))
+    loops = shared_reduction_loops(kernel, None if isinstance(handler, CppVectorHandler) else openmp_loop_key)
     joined = {node.name for nodes in loops.values() for node in nodes[1:]}  # emitted in the first's loop
     body: list[str] = []
     for node, kind in walker.nodes():

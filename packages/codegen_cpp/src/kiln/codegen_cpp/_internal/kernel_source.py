@@ -234,7 +234,7 @@ class CppHandler(TextHandler):
         super().__init__(kernel)
         self.pending_reduction: PendingReduction | None = None
         # The values in scope at the end of the last reduction's loop body: a later reduction
-        # of the same loop (`shared_loops.py`) reuses them instead of loading them again.
+        # of the same loop (`kiln.loopir.codegen.shared_reduction_loops`) reuses them instead of loading them again.
         self.loop_cache: dict[str, str] = {}
         self.scan_init: list[str] = []  # a scan's running value, declared before its loop
         self.scan_state: ScanState | None = None  # the scan's state, once its body ran

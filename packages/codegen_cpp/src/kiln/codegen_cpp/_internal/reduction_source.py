@@ -115,10 +115,10 @@ def has_openmp_clauses(reduction_type: str, ctype: str) -> bool:
 
 
 def join_reductions(reds: Sequence[PendingReduction]) -> PendingReduction:
-    """Reductions over the same ranges as one loop (`shared_loops.py`): every accumulator
+    """Reductions over the same ranges as one loop (`kiln.loopir.codegen.shared_reduction_loops`): every accumulator
     declared before it, updated in its one body (each reduction's statements after the ones
     before it, so a value they share is computed once), flushed and folded after it, each as
-    when alone. OpenMP clauses only where every reduction has its own (`shared_loops.py` keeps
+    when alone. OpenMP clauses only where every reduction has its own (`openmp_loop_key` keeps
     the others apart on the scalar path)."""
     if len(reds) == 1:
         return reds[0]

@@ -85,7 +85,7 @@ def split_reduction_lines(reds: Sequence[PendingReduction], afters: Sequence[lis
                           rvars: Sequence[sympy.Symbol], ranges: Sequence[sympy.Expr], options: CppOptions
                           ) -> list[str]:
     """Vector reductions of a kernel without outer loop (one, or several sharing their loop:
-    `shared_loops.py`), the outermost reduction loop split in CHUNKS chunks across threads
+    `kiln.loopir.codegen.shared_reduction_loops`), the outermost reduction loop split in CHUNKS chunks across threads
     (when the reduction is large enough): each chunk reduces to a partial result per
     reduction, then each reduction's partials are combined in chunk order. `afters[k]` is
     what follows the loop for `reds[k]` (it starts with its `finish`)."""

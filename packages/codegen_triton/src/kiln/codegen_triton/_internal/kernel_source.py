@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import sympy
 
 from kiln.loopir import ComputedBuffer, Kernel, Reduction, Scan, Scatter, index_vars
-from kiln.loopir.codegen import CheckSite, KernelWalker
+from kiln.loopir.codegen import CheckSite, KernelWalker, shared_reduction_loops
 
 from . import scatter_source
 from .handler import EVICTION_MARK, TritonHandler, tl_dtype
@@ -120,37 +120,6 @@ def _node_lines(walker: KernelWalker, node: ComputedBuffer, kind: str) -> list[s
             walker.run(node)
         return [_node_header(node)] + body
     return _reduction_lines(walker, (node,))
-
-
-def shared_reduction_loops(kernel: Kernel) -> dict[str, tuple[ComputedBuffer, ...]]:
-    """Reduction nodes that run in one loop, keyed by the first of them: nodes over the same
-    reduction ranges at the same place (`Kernel.placement`) where no later one reads a buffer
-    made since the first (a layer norm backward's `sum(g * xhat)` and `sum(g)`, a variance's
-    sum and, after loopir's welford rewrite, its `Welford` m2). The loop reads each element
-    once: what two nodes load or compute alike is emitted once (CSE), and a buffer the joined
-    loop loads in one statement streams through L2 (`resolve_eviction`). Later nodes' results
-    are ready where the first's are: their folds and stores follow the loop, and no node
-    before them in the kernel needs them. Bodies with indirect indexing keep loops of their
-    own (their range checks are statements emitted once per node).
-
-    Measured on an H200 (BENCHMARKS.md session 23): layer norm weight and bias gradients
-    (split over rows, 4-byte values) 10-15% faster in one loop with the gradient read once."""
-    groups: list[tuple[tuple, list[ComputedBuffer], set[str]]] = []  # (key, members, made since the first)
-    for node in kernel.nodes:
-        body = node.body
-        joinable = (not kernel.is_row(node) and isinstance(body, Reduction) and not isinstance(body, Scan)
-                    and not any(instr.op == "indirect_indexing" for instr in body.loop_body.instrs))
-        if joinable:
-            key = (tuple(node.reduction_ranges), kernel.placement(node))
-            reads = {access.buffer for access in kernel.accesses(node).reads}
-            group = next((g for g in groups if g[0] == key and not reads & g[2]), None)
-            if group is None:
-                groups.append((key, [node], set()))
-            else:
-                group[1].append(node)
-        for _, _, made in groups:
-            made.add(node.name)
-    return {members[0].name: tuple(members) for _, members, _ in groups}
 
 
 def _reduction_lines(walker: KernelWalker, nodes: Sequence[ComputedBuffer]) -> list[str]:

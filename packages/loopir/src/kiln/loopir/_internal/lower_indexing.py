@@ -96,10 +96,16 @@ def _passes_through(ctx: Any, node: Any, part: Any, dtype: torch.dtype, size: Se
     step of this graph stored (not a graph input, whose memory eager's cat would not share), of
     the cat's dtype and sizes, and the cat no output of the graph (its strides are then seen by
     nothing; Inductor drops such a cat too)."""
+    return (_stored_here(ctx, part, dtype) and same_exprs(part.size, size)
+            and not any(user.op == "output" for user in node.users))
+
+
+def _stored_here(ctx: Any, value: Any, dtype: torch.dtype) -> bool:
+    """Whether `value` is a view of `dtype` of a buffer a step of this graph stored (not a graph
+    input, whose memory eager's fresh result would not share)."""
     from .lower import step_names  # lower imports the lowering tables
-    return (isinstance(part, StridedView) and part.dtype == dtype and same_exprs(part.size, size)
-            and not any(user.op == "output" for user in node.users)
-            and any(part.buffer in step_names(step) for step in ctx.steps))
+    return (isinstance(value, StridedView) and value.dtype == dtype
+            and any(value.buffer in step_names(step) for step in ctx.steps))
 
 
 @TABLE.register("pointwise", aten.constant_pad_nd.default)
@@ -146,8 +152,7 @@ def _cropped_view(ctx: Any, node: Any, x: Any, dtype: torch.dtype, size: Sequenc
     copied: a view of a buffer a step of this graph stored (an input's memory is never shared, as
     eager's pad returns new memory), and, where the graph returns it, laid out as eager's
     contiguous result is."""
-    from .lower import step_names  # lower imports the lowering tables
-    if not isinstance(x, StridedView) or x.dtype != dtype or not any(x.buffer in step_names(step) for step in ctx.steps):
+    if not _stored_here(ctx, x, dtype):
         return None
     offset = x.offset + sum((-lo) * x.stride[d] for d, lo in before.items())
     view = StridedView(x.buffer, dtype, tuple(size), tuple(x.stride), offset)
